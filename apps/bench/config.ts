@@ -1,0 +1,70 @@
+/**
+ * The benchmark's parameters: JOBS, CONCURRENCY and LATENCY_SAMPLES, from the command line
+ * (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`) or else from the environment.
+ */
+export interface BenchConfig {
+  /** Jobs per bulk add and per drain. */
+  jobs: number;
+  /** Jobs run at once by each worker. */
+  concurrency: number;
+  /** add() → handler start measurements per worker mode. */
+  latencySamples: number;
+  /** Jobs added one at a time: a tenth of `jobs`, since each is a round trip. */
+  addOneJobs: number;
+  /** Jobs per addMany() / addJobs() call. */
+  chunkSize: number;
+  /** The same poll interval for both workers (ms). */
+  pollInterval: number;
+  /** The same pg pool size for both workers: one connection per running job, plus LISTEN and a spare. */
+  poolSize: number;
+  /** graphile-worker's batched mode: how many jobs its local queue fetches and locks at once. */
+  localQueueSize: number;
+}
+
+/** Bad parameters: reported without a stack trace. */
+export class UsageError extends Error {}
+
+const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES'] as const;
+type Parameter = (typeof PARAMETERS)[number];
+
+export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchConfig {
+  const args = parseArgs(argv);
+  const read = (name: Parameter, fallback: number) => positiveInteger(name, args[name] ?? env[name], fallback);
+  const jobs = read('JOBS', 20_000);
+  const concurrency = read('CONCURRENCY', 10);
+  return {
+    jobs,
+    concurrency,
+    latencySamples: read('LATENCY_SAMPLES', 300),
+    addOneJobs: Math.max(1, Math.ceil(jobs / 10)),
+    chunkSize: 1000,
+    pollInterval: 1000,
+    poolSize: concurrency + 2,
+    // graphile's docs suggest concurrency + 1 as a start and much more for very fast tasks;
+    // do-nothing tasks are as fast as it gets, and its drain keeps improving up to about this.
+    localQueueSize: concurrency * 20,
+  };
+}
+
+function parseArgs(argv: string[]): Partial<Record<Parameter, string>> {
+  const args: Partial<Record<Parameter, string>> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const assignment = /^(?:--)?([A-Za-z_-]+)=(.*)$/.exec(arg);
+    const flag = /^--([A-Za-z_-]+)$/.exec(arg);
+    const [name, value] = assignment ? [assignment[1], assignment[2]] : flag ? [flag[1], argv[++i]] : [arg, undefined];
+    const key = name.replace(/-/g, '_').toUpperCase();
+    if (!(PARAMETERS as readonly string[]).includes(key) || value === undefined) {
+      throw new UsageError(`bad argument "${arg}": use ${PARAMETERS.map((p) => `${p}=<n>`).join(', ')}`);
+    }
+    args[key as Parameter] = value;
+  }
+  return args;
+}
+
+function positiveInteger(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1) throw new UsageError(`${name} must be a positive integer, got "${raw}"`);
+  return value;
+}

@@ -1,0 +1,143 @@
+import { randomInt } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { BenchConfig } from './config';
+import type { HandlerProbe } from './handler-probe';
+
+/** `default`: each system as it ships. `batched`: graphile-worker's local queue and batched completions. */
+export type WorkerMode = 'default' | 'batched';
+
+/** What the measurements need from a job queue; one adapter per system. */
+export interface QueueUnderTest {
+  readonly name: string;
+  readonly probe: HandlerProbe;
+  addOne(index: number): Promise<unknown>;
+  addMany(fromIndex: number, count: number): Promise<unknown>;
+  deleteAllJobs(): Promise<void>;
+  countJobs(): Promise<number>;
+  startWorker(mode: WorkerMode): Promise<{ stop(): Promise<void> }>;
+  close(): Promise<void>;
+}
+
+export interface Latency {
+  p50: number;
+  p99: number;
+}
+
+export interface SuiteResult {
+  addOnePerSecond: number;
+  addManyPerSecond: number;
+  drainPerSecond: Partial<Record<WorkerMode, number>>;
+  latencyMs: Partial<Record<WorkerMode, Latency>>;
+}
+
+export type Progress = (message: string) => void;
+
+/**
+ * Every line for one system, in an order that reuses work: the bulk add queues the jobs
+ * the first drain runs, and the worker left idle by a drain is the one whose latency is
+ * measured.
+ */
+export async function runSuite(queue: QueueUnderTest, modes: WorkerMode[], config: BenchConfig, progress: Progress): Promise<SuiteResult> {
+  const result: SuiteResult = { addOnePerSecond: 0, addManyPerSecond: 0, drainPerSecond: {}, latencyMs: {} };
+
+  progress(`${queue.name}: add() one at a time, ${config.addOneJobs} jobs`);
+  result.addOnePerSecond = await measureAddOneAtATime(queue, config.addOneJobs);
+  await queue.deleteAllJobs(); // so that the drain starts from exactly JOBS jobs
+
+  progress(`${queue.name}: addMany(), ${config.jobs} jobs in chunks of ${config.chunkSize}`);
+  result.addManyPerSecond = await measureAddMany(queue, config.jobs, config.chunkSize);
+
+  for (const [index, mode] of modes.entries()) {
+    if (index > 0) await addInChunks(queue, config.jobs, config.chunkSize); // each mode drains its own JOBS jobs
+    progress(`${queue.name}: drain ${config.jobs} jobs (${mode} mode)`);
+    const { perSecond, worker } = await measureDrain(queue, mode, config.jobs);
+    result.drainPerSecond[mode] = perSecond;
+    try {
+      // Every completion written and the worker idle before latency is measured.
+      await waitUntilNoJobs(queue);
+      progress(`${queue.name}: latency, ${config.latencySamples} samples (${mode} mode)`);
+      result.latencyMs[mode] = await measureLatency(queue, config.latencySamples);
+    } finally {
+      await worker.stop();
+    }
+  }
+  return result;
+}
+
+/** Awaited single adds, each its own round trip: jobs/s. */
+async function measureAddOneAtATime(queue: QueueUnderTest, count: number): Promise<number> {
+  const started = performance.now();
+  for (let i = 0; i < count; i++) await queue.addOne(i);
+  return perSecond(count, performance.now() - started);
+}
+
+/** Bulk adds of `chunkSize` jobs per call, one call at a time: jobs/s. */
+async function measureAddMany(queue: QueueUnderTest, count: number, chunkSize: number): Promise<number> {
+  const started = performance.now();
+  await addInChunks(queue, count, chunkSize);
+  return perSecond(count, performance.now() - started);
+}
+
+async function addInChunks(queue: QueueUnderTest, count: number, chunkSize: number): Promise<void> {
+  for (let from = 0; from < count; from += chunkSize) await queue.addMany(from, Math.min(chunkSize, count - from));
+}
+
+/**
+ * With `count` jobs queued, from starting the worker until `count` handlers have run
+ * (handlers do nothing, so started is finished): jobs/s. The worker is left running.
+ */
+async function measureDrain(queue: QueueUnderTest, mode: WorkerMode, count: number) {
+  queue.probe.reset();
+  const started = performance.now();
+  const worker = await queue.startWorker(mode);
+  try {
+    await queue.probe.untilCount(count, 60_000 + count * 10);
+  } catch (error) {
+    await worker.stop();
+    throw error;
+  }
+  return { perSecond: perSecond(count, performance.now() - started), worker };
+}
+
+/**
+ * With an idle running worker, one job at a time: from just before add() to its handler
+ * starting. The next job is added only once the previous one started, after a small random
+ * gap so that adds do not line up with the workers' timers.
+ */
+async function measureLatency(queue: QueueUnderTest, samples: number): Promise<Latency> {
+  const latencies: number[] = [];
+  for (let i = 0; i < samples; i++) {
+    await sleep(randomInt(2, 11));
+    const handlerStart = queue.probe.nextStart(10_000);
+    handlerStart.catch(() => undefined); // awaited below; this only keeps a failed add() from leaving it unhandled
+    const beforeAdd = performance.now();
+    try {
+      await queue.addOne(i);
+    } catch (error) {
+      queue.probe.reset();
+      throw error;
+    }
+    latencies.push((await handlerStart) - beforeAdd);
+  }
+  latencies.sort((a, b) => a - b);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+}
+
+async function waitUntilNoJobs(queue: QueueUnderTest, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const left = await queue.countJobs();
+    if (left === 0) return;
+    if (Date.now() > deadline) throw new Error(`${queue.name}: ${left} job(s) still in the table ${timeoutMs} ms after the drain`);
+    await sleep(20);
+  }
+}
+
+/** Nearest-rank percentile of sorted values. */
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+function perSecond(count: number, ms: number): number {
+  return (count * 1000) / ms;
+}

@@ -1,0 +1,126 @@
+import { CronTime } from 'cron';
+import { JobQueueError } from '../errors';
+import { validateJob } from '../service/validate-job-spec';
+import { parseDuration } from './duration';
+
+/** One recurring job: which task, when, and what its jobs carry. */
+export interface CronItem {
+  /** The schedule's identity across replicas (known_crontabs.identifier). */
+  identifier: string;
+  /** The task its jobs run. */
+  task: string;
+  payload: Record<string, unknown>;
+  queueName?: string;
+  priority?: number;
+  maxAttempts?: number;
+  /** Missed ticks within this many ms are added late, marked backfilled. */
+  backfillMs: number;
+  /** Where it was declared, for messages: `Class.method` or `crontab line N`. */
+  source: string;
+  /** The first tick strictly after `after`. */
+  next(after: Date): Date;
+}
+
+export interface CronItemSpec {
+  identifier: string;
+  task: string;
+  expression: unknown;
+  timeZone?: unknown;
+  utcOffset?: unknown;
+  payload?: Record<string, unknown>;
+  queueName?: string;
+  priority?: number;
+  maxAttempts?: number;
+  backfillPeriod?: number | string;
+  source: string;
+}
+
+/** `utcOffset` (minutes east of UTC, as the cron package reads it) as a fixed zone name. */
+function offsetZone(minutes: number): string {
+  const sign = minutes < 0 ? '-' : '+';
+  const abs = Math.abs(Math.trunc(minutes));
+  return `UTC${sign}${String(Math.trunc(abs / 60)).padStart(2, '0')}:${String(abs % 60).padStart(2, '0')}`;
+}
+
+/** Checks a schedule and makes its tick function with the `cron` package @nestjs/schedule uses. */
+export function createCronItem(spec: CronItemSpec): CronItem {
+  const where = `cron '${spec.identifier}' (${spec.source})`;
+  if (typeof spec.expression !== 'string') {
+    throw new JobQueueError('JQ_INVALID_CRON_EXPRESSION', `${where}: the schedule must be a cron expression string, got ${String(spec.expression)}`);
+  }
+  if (spec.timeZone != null && spec.utcOffset != null) {
+    throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: give timeZone or utcOffset, not both`);
+  }
+  let zone: string;
+  if (spec.timeZone != null) {
+    if (typeof spec.timeZone !== 'string') throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: timeZone must be a string`);
+    try {
+      new CronTime('* * * * *', spec.timeZone);
+    } catch {
+      throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: unknown time zone '${spec.timeZone}'`);
+    }
+    zone = spec.timeZone;
+  } else if (spec.utcOffset != null) {
+    const offset = typeof spec.utcOffset === 'string' ? Number(spec.utcOffset) : spec.utcOffset;
+    if (typeof offset !== 'number' || !Number.isFinite(offset) || Math.abs(offset) > 14 * 60) {
+      throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: invalid utcOffset ${String(spec.utcOffset)}`);
+    }
+    zone = offsetZone(offset);
+  } else {
+    // as @nestjs/schedule: the system's time zone when none is given
+    zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  }
+  let cronTime: CronTime;
+  try {
+    cronTime = new CronTime(spec.expression, zone);
+  } catch (error) {
+    throw new JobQueueError('JQ_INVALID_CRON_EXPRESSION', `${where}: invalid cron expression '${spec.expression}': ${(error as Error).message}`);
+  }
+  const backfillMs = spec.backfillPeriod === undefined ? 0 : parseDuration(spec.backfillPeriod);
+  if (backfillMs === undefined) {
+    throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: backfillPeriod must be milliseconds or a period such as '1d' or '2h30m', got ${String(spec.backfillPeriod)}`);
+  }
+  try {
+    validateJob(spec.task, spec.payload ?? {}, { queueName: spec.queueName, priority: spec.priority, maxAttempts: spec.maxAttempts });
+  } catch (error) {
+    throw new JobQueueError((error as JobQueueError).code ?? 'JQ_INVALID_TASK_OPTIONS', `${where}: ${(error as Error).message}`);
+  }
+  return {
+    identifier: spec.identifier,
+    task: spec.task,
+    payload: spec.payload ?? {},
+    queueName: spec.queueName,
+    priority: spec.priority,
+    maxAttempts: spec.maxAttempts,
+    backfillMs,
+    source: spec.source,
+    next: (after) => cronTime.getNextDateFrom(after, zone).toJSDate(),
+  };
+}
+
+/** Ticks in (from, to], oldest first, at most `limit` of them (the latest ones). */
+export function ticksBetween(item: CronItem, from: Date, to: Date, limit = 100_000): Date[] {
+  const ticks: Date[] = [];
+  for (let tick = item.next(from); tick <= to; tick = item.next(tick)) {
+    ticks.push(tick);
+    if (ticks.length > limit) ticks.shift();
+  }
+  return ticks;
+}
+
+/**
+ * What a wake-up at `now` adds, given the last tick handled (`cursor`): the latest due tick,
+ * late if need be, and the older missed ones only within the backfill period. A process that
+ * slept or a clock that jumped forward thus adds one tick, not a burst; a clock that jumped
+ * back adds nothing until it passes the cursor again.
+ */
+export function ticksDue(item: CronItem, cursor: Date, now: Date): { latest?: Date; missed: Date[] } {
+  const from = new Date(Math.max(cursor.getTime(), now.getTime() - Math.max(item.backfillMs, 0)));
+  let due = ticksBetween(item, from, now);
+  if (due.length === 0 && from > cursor) {
+    // nothing within the backfill window, but a tick may be due from before it: find the latest
+    due = ticksBetween(item, cursor, now, 1);
+    return { latest: due[due.length - 1], missed: [] };
+  }
+  return { latest: due[due.length - 1], missed: due.slice(0, -1) };
+}

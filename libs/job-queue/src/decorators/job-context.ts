@@ -1,0 +1,32 @@
+import type { Logger } from '@nestjs/common';
+import type { Job, JobSpec } from '../service/job';
+
+/** What a handler learns about the job it runs. */
+export interface JobInfo {
+  id: string;
+  taskIdentifier: string;
+  attempts: number;
+  maxAttempts: number;
+  queueName: string | null;
+  key: string | null;
+  runAt: Date;
+  flags: string[];
+  createdAt: Date;
+}
+
+/** The second argument of every task handler. */
+export interface JobContext {
+  job: JobInfo;
+  /** A Nest logger whose context names the task and the job. */
+  logger: Logger;
+  /** Aborted when the worker shuts down and the grace period is over. */
+  signal: AbortSignal;
+  /** Adds another job: the same signature as `JobQueueService.add`. */
+  addJob: <P = unknown>(identifier: string, payload?: P, spec?: JobSpec) => Promise<Job<P>>;
+}
+
+/** The payload of a job added by a cron schedule. */
+export interface CronPayload {
+  _cron: { ts: string; backfilled: boolean };
+  [key: string]: unknown;
+}

@@ -1,0 +1,103 @@
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { takeCronMetadata, type NestCronOptions } from '../cron/cron-metadata';
+import { JobQueueError } from '../errors';
+import { validateJob } from '../service/validate-job-spec';
+import type { JobContext } from './job-context';
+import { TASK_METADATA, type TaskMetadata, type TaskOptions } from './task.decorator';
+
+export type TaskHandler = (payload: unknown, ctx: JobContext) => unknown;
+
+export interface RegisteredTask {
+  identifier: string;
+  options: TaskOptions;
+  /** The method, bound to its provider. */
+  handler: TaskHandler;
+  /** `Class.method`, for messages. */
+  location: string;
+  /** `@Cron` options from @nestjs/schedule, when the method has both decorators. */
+  cron?: NestCronOptions;
+}
+
+/** Finds every `@Task` method at startup, with Nest's DiscoveryService. */
+@Injectable()
+export class TaskRegistry implements OnModuleInit {
+  private readonly tasks = new Map<string, RegisteredTask>();
+
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    private readonly reflector: Reflector,
+  ) {
+    // Before any onModuleInit, so before @nestjs/schedule's explorer looks for @Cron methods.
+    for (const { method } of this.taskMethods()) takeCronMetadata(method);
+  }
+
+  onModuleInit(): void {
+    for (const { wrapper, prototype, methodName, method } of this.taskMethods()) {
+      const meta = this.reflector.get<TaskMetadata>(TASK_METADATA, method);
+      const cron = takeCronMetadata(method);
+      const location = `${(wrapper.metatype as { name?: string } | undefined)?.name ?? prototype.constructor.name}.${methodName}`;
+      if (!wrapper.isDependencyTreeStatic() || !wrapper.instance) {
+        throw new JobQueueError(
+          cron ? 'JQ_REQUEST_SCOPED_CRON' : 'JQ_REQUEST_SCOPED_TASK',
+          `@${cron ? 'Cron on @' : ''}Task('${meta.identifier}') on ${location}: tasks must be on singleton providers, not request- or transient-scoped ones`,
+        );
+      }
+      this.register(meta, location, method.bind(wrapper.instance), cron);
+    }
+  }
+
+  /** Every method carrying @Task, on every provider's class. */
+  private *taskMethods() {
+    for (const wrapper of this.discovery.getProviders()) {
+      const { instance, metatype } = wrapper;
+      const prototype = (instance && Object.getPrototypeOf(instance)) ?? (metatype as { prototype?: object } | undefined)?.prototype;
+      if (!prototype || typeof prototype !== 'object') continue;
+      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
+        const method = (prototype as Record<string, unknown>)[methodName];
+        if (typeof method !== 'function' || !this.reflector.get(TASK_METADATA, method)) continue;
+        yield { wrapper, prototype, methodName, method: method as TaskHandler };
+      }
+    }
+  }
+
+  private register(meta: TaskMetadata, location: string, handler: TaskHandler, cron?: NestCronOptions): void {
+    const where = `@Task('${String(meta.identifier)}') on ${location}`;
+    try {
+      const { maxAttempts, queueName, priority } = meta.options;
+      validateJob(meta.identifier, undefined, { maxAttempts, queueName, priority });
+    } catch (error) {
+      throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: ${(error as Error).message}`);
+    }
+    if (meta.options.retryDelay !== undefined && typeof meta.options.retryDelay !== 'function') {
+      throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: retryDelay must be a function`);
+    }
+    const existing = this.tasks.get(meta.identifier);
+    if (existing) {
+      throw new JobQueueError(
+        'JQ_DUPLICATE_TASK',
+        `task '${meta.identifier}' has two handlers: ${existing.location} and ${location}`,
+      );
+    }
+    this.tasks.set(meta.identifier, {
+      identifier: meta.identifier,
+      options: meta.options,
+      handler,
+      location,
+      cron,
+    });
+  }
+
+  get(identifier: string): RegisteredTask | undefined {
+    return this.tasks.get(identifier);
+  }
+
+  identifiers(): string[] {
+    return [...this.tasks.keys()];
+  }
+
+  all(): RegisteredTask[] {
+    return [...this.tasks.values()];
+  }
+}

@@ -1,0 +1,37 @@
+import { SetMetadata } from '@nestjs/common';
+
+export const TASK_METADATA = 'nestjs-job-queue:task';
+
+/** Delay before the next attempt, in milliseconds, given the attempts made so far (1 after the first failure). */
+export type RetryDelay = (attempts: number, error: unknown) => number;
+
+export interface TaskOptions {
+  /** Default maxAttempts for jobs of this task whose spec does not say. */
+  maxAttempts?: number;
+  /** Default named queue for jobs of this task whose spec does not say. */
+  queueName?: string;
+  /** Default priority for jobs of this task whose spec does not say. */
+  priority?: number;
+  /** Replaces the default backoff, exp(min(10, attempts)) seconds. */
+  retryDelay?: RetryDelay;
+  /** Cron only: payload merged into `{ _cron }` of every scheduled job. */
+  payload?: Record<string, unknown>;
+  /**
+   * Cron only: after downtime, add the ticks missed within this period (ms, or a string
+   * such as '1d', '2h30m'), oldest first, marked `backfilled: true`.
+   */
+  backfillPeriod?: number | string;
+}
+
+export interface TaskMetadata {
+  identifier: string;
+  options: TaskOptions;
+}
+
+/**
+ * Marks a provider method as the handler of a task. It is called as
+ * `(payload, ctx: JobContext)` with `this` bound to its provider.
+ */
+export function Task(identifier: string, options: TaskOptions = {}): MethodDecorator {
+  return SetMetadata<string, TaskMetadata>(TASK_METADATA, { identifier, options });
+}

@@ -1,0 +1,68 @@
+import { Column, Entity, PrimaryColumn } from 'typeorm';
+
+/**
+ * TypeORM entities over the job tables, for reading jobs through repositories.
+ * `synchronize: false`: the tables belong to the migrations, never to `synchronize`.
+ * The hot path does not use them; it runs hand-written SQL (see sql/queries.ts).
+ *
+ * Entities carry their schema in their metadata, so they are made per schema; make them
+ * once per schema and share the result.
+ */
+export function createJobQueueEntities(schema = 'job_queue') {
+  @Entity({ schema, name: 'jobs', synchronize: false })
+  class JobEntity {
+    @PrimaryColumn({ type: 'bigint' }) id!: string;
+    @Column({ name: 'task_identifier', type: 'text' }) taskIdentifier!: string;
+    @Column({ name: 'queue_name', type: 'text', nullable: true }) queueName!: string | null;
+    @Column({ type: 'jsonb' }) payload!: unknown;
+    @Column({ type: 'smallint' }) priority!: number;
+    @Column({ name: 'run_at', type: 'timestamptz' }) runAt!: Date;
+    @Column({ type: 'smallint' }) attempts!: number;
+    @Column({ name: 'max_attempts', type: 'smallint' }) maxAttempts!: number;
+    @Column({ name: 'last_error', type: 'text', nullable: true }) lastError!: string | null;
+    @Column({ type: 'text', nullable: true }) key!: string | null;
+    @Column({ type: 'integer' }) revision!: number;
+    @Column({ type: 'text', array: true }) flags!: string[];
+    @Column({ name: 'locked_at', type: 'timestamptz', nullable: true }) lockedAt!: Date | null;
+    @Column({ name: 'locked_by', type: 'text', nullable: true }) lockedBy!: string | null;
+    @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
+    @Column({ name: 'updated_at', type: 'timestamptz' }) updatedAt!: Date;
+    @Column({ name: 'is_available', type: 'boolean', insert: false, update: false }) isAvailable!: boolean;
+  }
+
+  @Entity({ schema, name: 'job_queues', synchronize: false })
+  class JobQueueEntity {
+    @PrimaryColumn({ name: 'queue_name', type: 'text' }) queueName!: string;
+    @Column({ name: 'locked_at', type: 'timestamptz', nullable: true }) lockedAt!: Date | null;
+    @Column({ name: 'locked_by', type: 'text', nullable: true }) lockedBy!: string | null;
+  }
+
+  @Entity({ schema, name: 'known_crontabs', synchronize: false })
+  class KnownCrontabEntity {
+    @PrimaryColumn({ type: 'text' }) identifier!: string;
+    @Column({ name: 'known_since', type: 'timestamptz' }) knownSince!: Date;
+    @Column({ name: 'last_execution', type: 'timestamptz', nullable: true }) lastExecution!: Date | null;
+  }
+
+  @Entity({ schema, name: 'workers', synchronize: false })
+  class WorkerEntity {
+    @PrimaryColumn({ type: 'text' }) id!: string;
+    @Column({ name: 'started_at', type: 'timestamptz' }) startedAt!: Date;
+    @Column({ name: 'heartbeat_at', type: 'timestamptz' }) heartbeatAt!: Date;
+  }
+
+  return { JobEntity, JobQueueEntity, KnownCrontabEntity, WorkerEntity };
+}
+
+const defaultEntities = createJobQueueEntities();
+/** Entities of the default schema `job_queue`. */
+export const JobEntity = defaultEntities.JobEntity;
+export type JobEntity = InstanceType<typeof JobEntity>;
+export const JobQueueEntity = defaultEntities.JobQueueEntity;
+export type JobQueueEntity = InstanceType<typeof JobQueueEntity>;
+export const KnownCrontabEntity = defaultEntities.KnownCrontabEntity;
+export type KnownCrontabEntity = InstanceType<typeof KnownCrontabEntity>;
+export const WorkerEntity = defaultEntities.WorkerEntity;
+export type WorkerEntity = InstanceType<typeof WorkerEntity>;
+/** For `TypeOrmModule.forRoot({ entities: [...JobQueueEntities] })` or `forFeature(JobQueueEntities)`. */
+export const JobQueueEntities = Object.values(defaultEntities);

@@ -1,0 +1,49 @@
+/**
+ * Every error this library throws on purpose is a JobQueueError with a stable `code`.
+ * Codes are part of the public API: add new ones, never rename.
+ */
+export type JobQueueErrorCode =
+  // job spec (add / addMany)
+  | 'JQ_INVALID_TASK_IDENTIFIER'
+  | 'JQ_INVALID_QUEUE_NAME'
+  | 'JQ_INVALID_JOB_KEY'
+  | 'JQ_INVALID_JOB_KEY_MODE'
+  | 'JQ_INVALID_MAX_ATTEMPTS'
+  | 'JQ_INVALID_PRIORITY'
+  | 'JQ_INVALID_RUN_AT'
+  | 'JQ_INVALID_PAYLOAD'
+  | 'JQ_INVALID_FLAGS'
+  | 'JQ_INVALID_JOB_ID'
+  | 'JQ_INVALID_SPEC'
+  // module set-up
+  | 'JQ_INVALID_SCHEMA'
+  | 'JQ_INVALID_OPTIONS'
+  | 'JQ_NO_DATA_SOURCE'
+  | 'JQ_ENTITIES_NOT_REGISTERED'
+  // tasks
+  | 'JQ_DUPLICATE_TASK'
+  | 'JQ_REQUEST_SCOPED_TASK'
+  | 'JQ_INVALID_TASK_OPTIONS'
+  | 'JQ_UNKNOWN_TASK'
+  // cron
+  | 'JQ_INVALID_CRON_EXPRESSION'
+  | 'JQ_INVALID_TIME_ZONE'
+  | 'JQ_DUPLICATE_CRON'
+  | 'JQ_REQUEST_SCOPED_CRON'
+  | 'JQ_INVALID_CRONTAB';
+
+export class JobQueueError extends Error {
+  override readonly name = 'JobQueueError';
+
+  constructor(
+    readonly code: JobQueueErrorCode,
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
+
+/** Narrowing helper for `catch (e)` blocks and tests. */
+export function isJobQueueError(error: unknown, code?: JobQueueErrorCode): error is JobQueueError {
+  return error instanceof JobQueueError && (code === undefined || error.code === code);
+}

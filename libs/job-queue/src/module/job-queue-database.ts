@@ -1,0 +1,109 @@
+import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { Pool, QueryResultRow } from 'pg';
+import { DataSource, type EntityManager } from 'typeorm';
+import { createJobQueueMigrations } from '../../../../migrations';
+import { createJobQueueEntities, JobQueueEntities } from '../entities/job-queue-entities';
+import { JobQueueError } from '../errors';
+import { runJobQueueMigrations } from '../migrate/run-migrations';
+import { createQueries, type JobQueueQueries } from '../sql/queries';
+import { JOB_QUEUE_MODULE_OPTIONS } from './job-queue.module-definition';
+import { resolveOptions, type JobQueueModuleOptions, type ResolvedJobQueueOptions } from './job-queue.options';
+
+/** The name of a statement of sql/queries.ts. */
+export type Statement = Exclude<keyof JobQueueQueries, 'channel'>;
+
+/**
+ * The module's hold on PostgreSQL: finds the DataSource, applies the migrations at
+ * startup, and runs the statements of sql/queries.ts on the DataSource's pg pool (or on a
+ * caller's transaction).
+ */
+@Injectable()
+export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
+  private readonly logger = new Logger('JobQueue');
+  readonly options: ResolvedJobQueueOptions;
+  readonly sql: JobQueueQueries;
+  private source?: DataSource;
+  private ownsSource = false;
+
+  constructor(
+    @Inject(JOB_QUEUE_MODULE_OPTIONS) private readonly rawOptions: JobQueueModuleOptions,
+    private readonly moduleRef: ModuleRef,
+  ) {
+    this.options = resolveOptions(rawOptions ?? {});
+    this.sql = createQueries(this.options.schema);
+  }
+
+  async onModuleInit(): Promise<void> {
+    const source = this.findDataSource();
+    if (!source.isInitialized) await source.initialize();
+    this.source = source;
+    if (this.options.migrationsRun) {
+      const applied = await runJobQueueMigrations(source, this.options.schema, createJobQueueMigrations(this.options.schema));
+      if (applied.length > 0) this.logger.log(`Applied migrations to schema "${this.options.schema}": ${applied.join(', ')}`);
+    }
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (this.ownsSource && this.source?.isInitialized) await this.source.destroy();
+  }
+
+  get dataSource(): DataSource {
+    if (!this.source) throw new JobQueueError('JQ_NO_DATA_SOURCE', 'the job queue is not initialised yet (onModuleInit has not run)');
+    return this.source;
+  }
+
+  /** The pg pool under the DataSource: the hot path goes straight to it. */
+  get pool(): Pool {
+    return (this.dataSource.driver as unknown as { master: Pool }).master;
+  }
+
+  /**
+   * Runs one statement of sql/queries.ts: on the caller's transaction when given its
+   * manager, otherwise on the pool as a named prepared statement, so that each connection
+   * parses and plans it once rather than on every job.
+   */
+  async run<Row extends QueryResultRow>(statement: Statement, values: unknown[], manager?: EntityManager): Promise<Row[]> {
+    const text = this.sql[statement];
+    if (manager) return manager.query(text, values);
+    return (await this.pool.query<Row>({ name: `jq_${this.options.schema}_${statement}`, text, values })).rows;
+  }
+
+  /** In order: the given DataSource, the named or default @nestjs/typeorm one, one of our own. */
+  private findDataSource(): DataSource {
+    const { dataSource, dataSourceName, connection } = this.rawOptions ?? {};
+    if (dataSource) {
+      if (!(dataSource instanceof DataSource)) throw new JobQueueError('JQ_INVALID_OPTIONS', 'dataSource must be a TypeORM DataSource');
+      return dataSource;
+    }
+    const fromTypeOrm = this.typeOrmDataSource(dataSourceName);
+    if (fromTypeOrm) return fromTypeOrm;
+    if (dataSourceName) {
+      throw new JobQueueError('JQ_NO_DATA_SOURCE', `no @nestjs/typeorm DataSource named "${dataSourceName}" was found`);
+    }
+    if (connection) {
+      this.ownsSource = true;
+      const schema = this.options.schema;
+      return new DataSource({
+        ...connection,
+        type: 'postgres',
+        entities: schema === 'job_queue' ? JobQueueEntities : Object.values(createJobQueueEntities(schema)),
+        synchronize: false,
+        migrationsRun: false,
+      });
+    }
+    throw new JobQueueError(
+      'JQ_NO_DATA_SOURCE',
+      'no DataSource: import TypeOrmModule.forRoot(), or give JobQueueModule the option dataSource, dataSourceName or connection',
+    );
+  }
+
+  private typeOrmDataSource(name?: string): DataSource | undefined {
+    try {
+      return this.moduleRef.get<DataSource>(getDataSourceToken(name) as string, { strict: false });
+    } catch {
+      return undefined;
+    }
+  }
+}

@@ -1,0 +1,19 @@
+import { Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { CronScheduler } from '../cron/cron-scheduler';
+import { TaskRegistry } from '../decorators/task-registry';
+import { JobQueueService } from '../service/job-queue.service';
+import { JobQueueWorker } from '../worker/job-queue.worker';
+import { JobQueueDatabase } from './job-queue-database';
+import { ConfigurableJobQueueModule } from './job-queue.module-definition';
+
+/**
+ * `JobQueueModule.forRoot(options)` or `.forRootAsync({ imports, inject, useFactory })`.
+ * Global by default (`isGlobal: false` to opt out).
+ */
+@Module({
+  imports: [DiscoveryModule],
+  providers: [JobQueueDatabase, TaskRegistry, JobQueueService, JobQueueWorker, CronScheduler],
+  exports: [JobQueueService, JobQueueWorker],
+})
+export class JobQueueModule extends ConfigurableJobQueueModule {}

@@ -1,0 +1,85 @@
+import type { DataSource, DataSourceOptions } from 'typeorm';
+import { JobQueueError } from '../errors';
+import { validateSchemaName } from '../sql/identifier';
+
+type PostgresDataSourceOptions = Extract<DataSourceOptions, { type: 'postgres' }>;
+
+export type ForbiddenFlags = string[] | (() => string[] | Promise<string[]>);
+
+export interface JobQueueModuleOptions {
+  /** Schema of the job tables. Default `job_queue`. A plain identifier, at most 50 characters. */
+  schema?: string;
+  /** A DataSource to use (initialised by the module if it is not yet). Takes precedence. */
+  dataSource?: DataSource;
+  /** The name of a `@nestjs/typeorm` DataSource (`TypeOrmModule.forRoot({ name })`). */
+  dataSourceName?: string;
+  /**
+   * Connection options for a DataSource of the module's own, for apps without
+   * `@nestjs/typeorm`. Used only when neither of the above is given and the app has no
+   * default `@nestjs/typeorm` DataSource.
+   */
+  connection?: Omit<PostgresDataSourceOptions, 'type'>;
+  /** Apply pending migrations at startup, under an advisory lock. Default true. */
+  migrationsRun?: boolean;
+  /** Run a worker in this process. Default true; false makes a producer-only instance. */
+  worker?: boolean;
+  /** How many jobs this process runs at once. Default 10. */
+  concurrency?: number;
+  /** Milliseconds between polls for future, retried or unnotified jobs. Default 2000. */
+  pollInterval?: number;
+  /** Milliseconds running jobs get to finish at shutdown before they are aborted and given back. Default 5000. */
+  shutdownGracePeriod?: number;
+  /** Jobs carrying any of these flags are not claimed by this process. */
+  forbiddenFlags?: ForbiddenFlags;
+  /** Recurring jobs in graphile-worker's crontab syntax, one per line. */
+  crontab?: string;
+}
+
+export interface ResolvedJobQueueOptions {
+  schema: string;
+  migrationsRun: boolean;
+  worker: boolean;
+  concurrency: number;
+  pollInterval: number;
+  shutdownGracePeriod: number;
+  forbiddenFlags?: ForbiddenFlags;
+  crontab?: string;
+}
+
+function positiveInteger(name: string, value: unknown, fallback: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
+    throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be an integer from 1 to ${max}, got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Checks the module options once, at startup, and fills in the defaults. */
+export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueueOptions {
+  const { forbiddenFlags, crontab } = options;
+  if (
+    forbiddenFlags !== undefined &&
+    typeof forbiddenFlags !== 'function' &&
+    !(Array.isArray(forbiddenFlags) && forbiddenFlags.every((flag) => typeof flag === 'string'))
+  ) {
+    throw new JobQueueError('JQ_INVALID_OPTIONS', 'forbiddenFlags must be an array of strings or a function');
+  }
+  if (crontab !== undefined && typeof crontab !== 'string') {
+    throw new JobQueueError('JQ_INVALID_OPTIONS', 'crontab must be a string');
+  }
+  for (const name of ['migrationsRun', 'worker'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'boolean') {
+      throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be a boolean`);
+    }
+  }
+  return {
+    schema: validateSchemaName(options.schema ?? 'job_queue'),
+    migrationsRun: options.migrationsRun ?? true,
+    worker: options.worker ?? true,
+    concurrency: positiveInteger('concurrency', options.concurrency, 10, 1000),
+    pollInterval: positiveInteger('pollInterval', options.pollInterval, 2000, 3_600_000),
+    shutdownGracePeriod: positiveInteger('shutdownGracePeriod', options.shutdownGracePeriod, 5000, 3_600_000),
+    forbiddenFlags,
+    crontab,
+  };
+}

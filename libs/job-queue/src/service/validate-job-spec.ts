@@ -1,0 +1,118 @@
+import { JobQueueError } from '../errors';
+import type { JobKeyMode, JobSpec } from './job';
+
+/** Column limits, mirrored by CHECK constraints in the migration. */
+export const LIMITS = {
+  identifierLength: 128,
+  queueNameLength: 128,
+  jobKeyLength: 512,
+  smallintMin: -32768,
+  smallintMax: 32767,
+} as const;
+
+const JOB_KEY_MODES: readonly JobKeyMode[] = ['replace', 'preserve_run_at', 'unsafe_dedupe'];
+
+/** A job checked and ready for the add_job parameters. */
+export interface ValidJob {
+  identifier: string;
+  payloadJson: string;
+  queueName: string | null;
+  runAt: Date | null;
+  maxAttempts: number | null;
+  jobKey: string | null;
+  jobKeyMode: JobKeyMode;
+  priority: number | null;
+  flags: string[] | null;
+}
+
+function fail(code: ConstructorParameters<typeof JobQueueError>[0], message: string): never {
+  throw new JobQueueError(code, message);
+}
+
+export function optionalString(value: unknown, code: 'JQ_INVALID_QUEUE_NAME' | 'JQ_INVALID_JOB_KEY', field: string, max: number): string | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'string' || value.length === 0 || value.length > max) {
+    fail(code, `${field} must be a non-empty string of at most ${max} characters, got ${describe(value)}`);
+  }
+  return value;
+}
+
+export function optionalSmallint(
+  value: unknown,
+  code: 'JQ_INVALID_MAX_ATTEMPTS' | 'JQ_INVALID_PRIORITY' | 'JQ_INVALID_SPEC',
+  field: string,
+  min: number,
+): number | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > LIMITS.smallintMax) {
+    fail(code, `${field} must be an integer from ${min} to ${LIMITS.smallintMax}, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string') return value.length > 40 ? `a string of ${value.length} characters` : JSON.stringify(value);
+  if (typeof value === 'bigint') return `${value}n`;
+  return String(value);
+}
+
+/** Serialises a payload, refusing what JSON cannot carry (circular structures, BigInt, functions). */
+export function payloadToJson(payload: unknown): string {
+  if (payload === undefined) return '{}';
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(payload);
+  } catch (error) {
+    fail('JQ_INVALID_PAYLOAD', `payload cannot be serialised to JSON: ${(error as Error).message}`);
+  }
+  if (json === undefined) fail('JQ_INVALID_PAYLOAD', `payload cannot be serialised to JSON (got a ${typeof payload})`);
+  return json;
+}
+
+export function validateTaskIdentifier(identifier: unknown): string {
+  if (typeof identifier !== 'string' || identifier.length === 0 || identifier.length > LIMITS.identifierLength) {
+    fail(
+      'JQ_INVALID_TASK_IDENTIFIER',
+      `task identifier must be a non-empty string of at most ${LIMITS.identifierLength} characters, got ${describe(identifier)}`,
+    );
+  }
+  return identifier;
+}
+
+/** Checks everything about one job before anything is written. */
+export function validateJob(identifier: unknown, payload: unknown, spec: Omit<JobSpec, 'manager'> = {}): ValidJob {
+  if (spec === null || typeof spec !== 'object') fail('JQ_INVALID_SPEC', 'the job spec must be an object');
+  const { runAt, flags, jobKeyMode } = spec;
+  if (runAt !== undefined && runAt !== null && !(runAt instanceof Date && !Number.isNaN(runAt.getTime()))) {
+    fail('JQ_INVALID_RUN_AT', `runAt must be a valid Date, got ${describe(runAt)}`);
+  }
+  if (jobKeyMode !== undefined && !JOB_KEY_MODES.includes(jobKeyMode)) {
+    fail('JQ_INVALID_JOB_KEY_MODE', `jobKeyMode must be one of ${JOB_KEY_MODES.join(', ')}, got ${describe(jobKeyMode)}`);
+  }
+  if (flags !== undefined && flags !== null && !(Array.isArray(flags) && flags.every((flag) => typeof flag === 'string'))) {
+    fail('JQ_INVALID_FLAGS', 'flags must be an array of strings');
+  }
+  return {
+    identifier: validateTaskIdentifier(identifier),
+    payloadJson: payloadToJson(payload),
+    queueName: optionalString(spec.queueName, 'JQ_INVALID_QUEUE_NAME', 'queueName', LIMITS.queueNameLength),
+    runAt: runAt ?? null,
+    maxAttempts: optionalSmallint(spec.maxAttempts, 'JQ_INVALID_MAX_ATTEMPTS', 'maxAttempts', 1),
+    jobKey: optionalString(spec.jobKey, 'JQ_INVALID_JOB_KEY', 'jobKey', LIMITS.jobKeyLength),
+    jobKeyMode: jobKeyMode ?? 'replace',
+    priority: optionalSmallint(spec.priority, 'JQ_INVALID_PRIORITY', 'priority', LIMITS.smallintMin),
+    flags: flags ?? null,
+  };
+}
+
+/** Job ids are bigints, passed around as strings; numbers are accepted too. */
+export function validateJobIds(ids: unknown): string[] {
+  if (!Array.isArray(ids)) fail('JQ_INVALID_JOB_ID', 'job ids must be an array');
+  return ids.map((id) => {
+    const text = typeof id === 'number' && Number.isSafeInteger(id) ? String(id) : id;
+    if (typeof text !== 'string' || !/^[1-9][0-9]{0,18}$/.test(text)) {
+      fail('JQ_INVALID_JOB_ID', `a job id must be a positive integer (as a string), got ${describe(id)}`);
+    }
+    return text;
+  });
+}

@@ -1,0 +1,196 @@
+import { jobsChannel, quoteIdentifier } from './identifier';
+
+/**
+ * Every SQL statement the library runs at run time, in one place, named for what it does.
+ * (The tables and the SQL functions themselves are created by the migrations.)
+ * `$n` parameters are documented on each statement.
+ */
+export function createQueries(schema: string) {
+  const s = quoteIdentifier(schema);
+  const channel = jobsChannel(schema);
+
+  /** Releases the queues whose jobs a CTE named `released` returned, and wakes workers for them. */
+  const unlockQueuesOf = (released: string, workerParam: string) => `
+    unlocked as (
+      update ${s}.job_queues q set locked_at = null, locked_by = null
+      where q.locked_by = ${workerParam}
+        and q.queue_name in (select queue_name from ${released} where queue_name is not null)
+      returning q.queue_name
+    ),
+    woken as (select pg_notify('${channel}', '') from unlocked limit 1)`;
+
+  return {
+    channel,
+
+    /** $1 identifier, $2 payload (json text), $3 queue, $4 run_at, $5 max_attempts, $6 key, $7 priority, $8 flags, $9 key mode */
+    addJob: `select * from ${s}.add_job($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text)`,
+
+    /**
+     * Many jobs without job keys in one statement: set-based, one NOTIFY.
+     * $1..$7 are parallel arrays: identifiers, payloads (json text), queues, run_ats, max_attempts, priorities, flags (json text).
+     */
+    addJobsBulk: `
+      with specs as (
+        select * from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[])
+          with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, ord)
+      ),
+      queues as (
+        insert into ${s}.job_queues (queue_name)
+        select distinct queue_name from specs where queue_name is not null
+        on conflict do nothing
+      ),
+      inserted as (
+        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags)
+        select identifier, coalesce(payload::jsonb, '{}'::jsonb), queue_name, coalesce(run_at, now()),
+               coalesce(max_attempts, 25), coalesce(priority, 0),
+               coalesce(array(select jsonb_array_elements_text(flags::jsonb)), '{}')
+        from specs order by ord
+        returning *
+      ),
+      notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
+      select inserted.* from inserted left join notified on true order by inserted.id`,
+
+    /** Many jobs, some with job keys: add_job per spec, in order, in one statement. Same parameters plus $8 keys, $9 key modes. */
+    addJobsKeyed: `
+      select j.* from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[])
+          with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, key, key_mode, ord)
+        cross join lateral ${s}.add_job(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
+          array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode) as j
+      order by s.ord`,
+
+    /** $1 id */
+    getJob: `select * from ${s}.jobs where id = $1::bigint`,
+    /** $1 job key */
+    removeJob: `select * from ${s}.remove_job($1::text) where id is not null`,
+    /** $1 ids */
+    completeJobs: `select * from ${s}.complete_jobs($1::bigint[])`,
+    /** $1 ids, $2 reason */
+    permanentlyFailJobs: `select * from ${s}.permanently_fail_jobs($1::bigint[], $2::text)`,
+    /** $1 ids, $2 run_at, $3 priority, $4 attempts, $5 max_attempts */
+    rescheduleJobs: `select * from ${s}.reschedule_jobs($1::bigint[], $2::timestamptz, $3::integer, $4::integer, $5::integer)`,
+
+    /**
+     * The claim. Up to $3 available jobs of the tasks $1 that carry none of the flags $2,
+     * by priority then run_at then id, skipping rows other workers are claiming. A named
+     * queue gives at most its first available job, and only while no worker holds the
+     * queue: the queue row is locked for worker $4 in the same statement. The `not exists`
+     * guards order: if an earlier job of the queue was skipped (another worker is claiming
+     * it right now), the queue is left alone this time. Each row also carries how many
+     * candidates there were: fewer than $3 means nothing else is waiting now. The task filter
+     * is written with array_position so that, before PostgreSQL has statistics on a freshly
+     * filled table, the planner still walks jobs_fetch_idx in order instead of sorting it all.
+     */
+    claimJobs: `
+      with candidates as materialized (
+        select j.id, j.queue_name, j.priority, j.run_at
+        from ${s}.jobs j
+        where j.is_available
+          and j.run_at <= now()
+          and array_position($1::text[], j.task_identifier) is not null
+          and not (j.flags && $2::text[])
+          and (j.queue_name is null or not exists (
+            select 1 from ${s}.job_queues q where q.queue_name = j.queue_name and q.locked_at is not null))
+        order by j.priority, j.run_at, j.id
+        limit $3
+        for update of j skip locked
+      ),
+      queue_heads as (
+        select distinct on (c.queue_name) c.id, c.queue_name, c.priority, c.run_at
+        from candidates c
+        where c.queue_name is not null
+        order by c.queue_name, c.priority, c.run_at, c.id
+      ),
+      locked_queues as (
+        update ${s}.job_queues q set locked_at = now(), locked_by = $4
+        from queue_heads h
+        where q.queue_name = h.queue_name
+          and q.locked_at is null
+          and not exists (
+            select 1 from ${s}.jobs e
+            where e.queue_name = h.queue_name and e.is_available and e.run_at <= now()
+              and (e.priority, e.run_at, e.id) < (h.priority, h.run_at, h.id))
+        returning h.id
+      )
+      update ${s}.jobs j
+      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now()
+      where j.id in (select id from candidates where queue_name is null union all select id from locked_queues)
+      returning j.*, (select count(*) from candidates)::int as candidate_count`,
+
+    /**
+     * One flush of the release batches for worker $1: deletes the jobs that succeeded ($2),
+     * and for the ones that failed ($3 ids, $4 errors, $5 retry delays in ms) records the
+     * error, unlocks them and moves run_at. Only rows this worker still holds are touched.
+     */
+    releaseJobs: `
+      with completed as (
+        delete from ${s}.jobs where id = any($2::bigint[]) and locked_by = $1
+        returning queue_name
+      ),
+      failed as (
+        update ${s}.jobs j set
+          last_error = f.error,
+          run_at = now() + f.delay_ms * interval '1 millisecond',
+          locked_at = null, locked_by = null, updated_at = now()
+        from unnest($3::bigint[], $4::text[], $5::float8[]) as f(id, error, delay_ms)
+        where j.id = f.id and j.locked_by = $1
+        returning j.queue_name
+      ),
+      released as (select queue_name from completed union all select queue_name from failed),
+      ${unlockQueuesOf('released', '$1')}
+      select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken`,
+
+    /**
+     * Gives back every job worker $1 still holds (running or prefetched), with the attempt it
+     * used returned, and frees its queues: at shutdown, after in-flight jobs had their chance.
+     * By worker rather than by id, so that a claim whose reply was lost is given back too;
+     * without an index on locked_by (it would cost a write per claim) this scans the table,
+     * once per shutdown.
+     */
+    giveBackJobs: `
+      with given_back as (
+        update ${s}.jobs set
+          attempts = greatest(attempts - 1, 0), locked_at = null, locked_by = null, updated_at = now()
+        where locked_by = $1
+        returning id
+      ),
+      unlocked as (
+        update ${s}.job_queues set locked_at = null, locked_by = null where locked_by = $1
+      ),
+      woken as (select pg_notify('${channel}', '') from given_back limit 1)
+      select id from given_back left join woken on true`,
+
+    /** Records schedules seen for the first time: backfill never reaches before known_since. $1 identifiers */
+    registerCrontabs: `
+      insert into ${s}.known_crontabs (identifier, known_since)
+      select unnest($1::text[]), now()
+      on conflict (identifier) do nothing`,
+
+    /** Locks a schedule's row for its backfill, so that no replica's live tick overtakes it. $1 identifier */
+    lockCrontab: `select known_since, last_execution from ${s}.known_crontabs where identifier = $1 for update`,
+
+    /**
+     * One cron tick, once across all replicas: claims tick $2 of schedule $1 (only if it
+     * is later than the last one claimed) and, in the same statement, adds its job with a
+     * job key per schedule and tick. $3 task, $4 payload (json text), $5 queue,
+     * $6 max_attempts, $7 job key, $8 priority. Returns the job, or nothing if the tick
+     * was already claimed.
+     */
+    scheduleCronTick: `
+      with claimed as (
+        insert into ${s}.known_crontabs as k (identifier, known_since, last_execution)
+        values ($1, now(), $2::timestamptz)
+        on conflict (identifier) do update set last_execution = excluded.last_execution
+        where k.last_execution is null or k.last_execution < excluded.last_execution
+        returning k.identifier
+      )
+      select j.* from claimed
+        cross join lateral ${s}.add_job($3::text, $4::jsonb, $5::text, $2::timestamptz, $6::integer, $7::text, $8::integer, null, 'unsafe_dedupe') as j`,
+
+    /** $1 worker id */
+    registerWorker: `insert into ${s}.workers (id) values ($1) on conflict (id) do update set heartbeat_at = now()`,
+    heartbeatWorker: `update ${s}.workers set heartbeat_at = now() where id = $1`,
+    unregisterWorker: `delete from ${s}.workers where id = $1`,
+  };
+}
+
+export type JobQueueQueries = ReturnType<typeof createQueries>;

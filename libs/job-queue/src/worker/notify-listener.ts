@@ -1,0 +1,92 @@
+import type { Pool, PoolClient } from 'pg';
+import { quoteIdentifier } from '../sql/identifier';
+import { backoffMs } from './backoff';
+
+/**
+ * Holds one pool connection that LISTENs on the jobs channel and calls `onNotify` for
+ * each notification. If the connection dies it reconnects with backoff; polling covers
+ * the gap, and `onNotify` is called once after each (re)connect to catch up.
+ */
+export class NotifyListener {
+  private client?: PoolClient;
+  private failures = 0;
+  private reconnectTimer?: NodeJS.Timeout;
+  private stopped = false;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly channel: string,
+    private readonly onNotify: () => void,
+    private readonly onError: (error: unknown) => void,
+  ) {}
+
+  async start(): Promise<void> {
+    this.stopped = false;
+    await this.connect();
+  }
+
+  /** True while a LISTEN connection is up. */
+  get connected(): boolean {
+    return this.client !== undefined;
+  }
+
+  private async connect(): Promise<void> {
+    if (this.stopped) return;
+    let client: PoolClient | undefined;
+    try {
+      client = await this.pool.connect();
+      client.on('notification', this.onNotify);
+      client.on('error', (error) => this.lost(client!, error));
+      await client.query(`listen ${quoteIdentifier(this.channel)}`);
+      if (this.stopped) {
+        client.release(true);
+        return;
+      }
+      this.client = client;
+      this.failures = 0;
+      this.onNotify();
+    } catch (error) {
+      if (client) this.lost(client, error);
+      else this.scheduleReconnect(error);
+    }
+  }
+
+  private lost(client: PoolClient, error: unknown): void {
+    client.removeAllListeners('notification');
+    client.removeAllListeners('error');
+    client.on('error', () => {}); // a dead client may still emit
+    if (this.client === client) this.client = undefined;
+    try {
+      client.release(error instanceof Error ? error : true);
+    } catch {
+      // already released
+    }
+    this.scheduleReconnect(error);
+  }
+
+  private scheduleReconnect(error: unknown): void {
+    if (this.stopped || this.reconnectTimer) return;
+    this.failures += 1;
+    this.onError(error);
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = undefined;
+      void this.connect();
+    }, backoffMs(this.failures));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = undefined;
+    const client = this.client;
+    this.client = undefined;
+    if (!client) return;
+    client.removeAllListeners('notification');
+    try {
+      await client.query('unlisten *');
+      client.release();
+    } catch {
+      client.release(true);
+    }
+  }
+}

@@ -1,0 +1,24 @@
+/**
+ * How many claimed jobs a worker may hold beyond its running ones, so that fast jobs start
+ * without a round trip to the database each: about PREFETCH_MS of work at the observed job
+ * duration, at most MAX_FACTOR × concurrency. Slow jobs are not prefetched at all, so they
+ * stay in the table for idle workers elsewhere.
+ */
+const PREFETCH_MS = 20;
+const MAX_FACTOR = 20;
+
+export class PrefetchSizer {
+  /** Moving average of job durations, ms. Starts pessimistic: nothing is prefetched until jobs prove fast. */
+  private averageMs = 1000;
+
+  constructor(private readonly concurrency: number) {}
+
+  record(durationMs: number): void {
+    this.averageMs = this.averageMs * 0.9 + durationMs * 0.1;
+  }
+
+  get target(): number {
+    const jobsInWindow = (this.concurrency * PREFETCH_MS) / Math.max(this.averageMs, 0.001);
+    return Math.min(MAX_FACTOR * this.concurrency, Math.floor(jobsInWindow));
+  }
+}

@@ -1,0 +1,47 @@
+import { Logger } from '@nestjs/common';
+import type { JobContext } from '../decorators/job-context';
+import type { RegisteredTask } from '../decorators/task-registry';
+import type { Job } from '../service/job';
+
+export type JobOutcome = { ok: true; result: unknown } | { ok: false; error: unknown };
+
+/** Calls the task's handler with its payload and context; never throws. */
+export async function runJob(
+  task: RegisteredTask,
+  job: Job,
+  signal: AbortSignal,
+  addJob: JobContext['addJob'],
+): Promise<JobOutcome> {
+  const ctx: JobContext = {
+    job: {
+      id: job.id,
+      taskIdentifier: job.taskIdentifier,
+      attempts: job.attempts,
+      maxAttempts: job.maxAttempts,
+      queueName: job.queueName,
+      key: job.key,
+      runAt: job.runAt,
+      flags: job.flags,
+      createdAt: job.createdAt,
+    },
+    logger: new Logger(`${job.taskIdentifier}#${job.id}`),
+    signal,
+    addJob,
+  };
+  try {
+    return { ok: true, result: await task.handler(job.payload, ctx) };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
+
+/** What is kept in last_error. */
+export function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message || error.name;
+  if (typeof error === 'string') return error;
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
+  }
+}

@@ -1,0 +1,16 @@
+import type { MigrationInterface } from 'typeorm';
+import { validateSchemaName } from '../libs/job-queue/src/sql/identifier';
+import { createJobTablesMigration } from './1763700000000-create-job-tables';
+
+/**
+ * The migrations for a schema, oldest first. The module runs them itself at startup
+ * (`migrationsRun`, default true); teams that run migrations with the TypeORM CLI add
+ * these classes to their DataSource's `migrations` instead.
+ */
+export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => MigrationInterface> {
+  validateSchemaName(schema);
+  return [createJobTablesMigration(schema)];
+}
+
+/** The migrations for the default schema `job_queue`. */
+export const JobQueueMigrations = createJobQueueMigrations();

@@ -1,0 +1,127 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
+import { Cron, CronExpression, ScheduleModule } from '@nestjs/schedule';
+import type { Client } from 'pg';
+import { Task, type CronPayload, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import { createTestApp, type TestApp } from '../support/app';
+import { eventRecorder } from '../support/event-recorder';
+import { connect, createTestDatabase } from '../support/database';
+
+const handled: CronPayload[] = [];
+let plainCronCalls = 0;
+
+@Injectable()
+class EverySecondTasks {
+  @Task('every_second')
+  @Cron(CronExpression.EVERY_SECOND)
+  async tick(payload: CronPayload, _ctx: JobContext) {
+    handled.push(payload);
+  }
+}
+
+@Injectable()
+class QueuedAndPlainCrons {
+  @Cron('* * * * * *', { name: 'queued_second' })
+  @Task('queued_tick')
+  async queued(payload: CronPayload) {
+    handled.push(payload);
+  }
+
+  /** No @Task: @nestjs/schedule runs it, in every replica, as usual. */
+  @Cron('* * * * * *')
+  plain() {
+    plainCronCalls++;
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('cron: one job per tick across replicas', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let sql: Client;
+
+  before(async () => {
+    db = await createTestDatabase('cron_ticks');
+    sql = await connect(db.url);
+  });
+  after(async () => {
+    await sql.end();
+    await db.drop();
+  });
+
+  const tickTimes = async (task: string) =>
+    (await sql.query(`select payload->'_cron'->>'ts' as ts, payload->'_cron'->>'backfilled' as backfilled from job_queue.jobs where task_identifier = $1 order by 1`, [task])).rows;
+
+  it('three instances with an every-second cron add exactly one job per tick, with no gaps', async () => {
+    const events: JobQueueEvent[] = [];
+    const apps: TestApp[] = await Promise.all(
+      [1, 2, 3].map(() => createTestApp({ url: db.url, providers: [EverySecondTasks, eventRecorder(events)], jobQueue: { worker: false } })),
+    );
+    await sleep(4500);
+    await Promise.all(apps.map((t) => t.close()));
+
+    const rows = await tickTimes('every_second');
+    assert.ok(rows.length >= 3, `only ${rows.length} ticks`);
+    const times = rows.map((r) => Date.parse(r.ts));
+    assert.equal(new Set(times).size, times.length, 'one job per tick');
+    for (let i = 1; i < times.length; i++) assert.equal(times[i] - times[i - 1], 1000, 'consecutive ticks, no gap');
+    assert.ok(times.every((t) => t % 1000 === 0));
+    assert.ok(rows.every((r) => r.backfilled === 'false'));
+    const scheduled = events.filter((e) => e.type === 'cron:schedule');
+    assert.equal(scheduled.length, rows.length, 'one cron:schedule event per tick, from whichever replica added it');
+    const known = (await sql.query(`select identifier, last_execution from job_queue.known_crontabs where identifier = 'every_second'`)).rows;
+    assert.equal(known[0].last_execution.getTime(), times[times.length - 1]);
+  });
+
+  it('with ScheduleModule imported too, the task runs once per tick (not once per replica), and plain @Cron still runs', async () => {
+    handled.length = 0;
+    const apps = await Promise.all(
+      [1, 2, 3].map(() => createTestApp({ url: db.url, providers: [QueuedAndPlainCrons], imports: [ScheduleModule.forRoot()] })),
+    );
+    await sleep(3500);
+    await Promise.all(apps.map((t) => t.close()));
+
+    assert.ok(handled.length >= 2, `handled ${handled.length}`);
+    assert.ok(handled.every((p) => p && typeof p._cron?.ts === 'string'), 'every call came from a queued job, none from ScheduleModule directly');
+    const ts = handled.map((p) => p._cron.ts);
+    assert.equal(new Set(ts).size, ts.length, 'each tick handled once');
+    assert.ok(plainCronCalls >= 3, `plain @Cron ran ${plainCronCalls} times`);
+  });
+
+  it('resumes after its database connections are killed, still one job per tick', async () => {
+    await sql.query(`delete from job_queue.jobs where task_identifier = 'every_second'`);
+    const t = await createTestApp({ url: db.url, providers: [EverySecondTasks], jobQueue: { worker: false } });
+    await sleep(1200);
+    const killedAt = Date.now();
+    await sql.query(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`);
+    await sleep(2500);
+    await t.close();
+    const times = (await tickTimes('every_second')).map((r) => Date.parse(r.ts));
+    assert.equal(new Set(times).size, times.length, 'no tick twice');
+    assert.ok(times.some((ts) => ts > killedAt + 1000), 'ticks after the outage were added');
+  });
+
+  it('a time-zone schedule fires at the right UTC instant (timeZone and utcOffset)', async () => {
+    // a tick a few seconds ahead, written in Kathmandu local time (UTC+05:45)
+    const target = new Date(Math.ceil((Date.now() + 2500) / 1000) * 1000);
+    const local = new Date(target.getTime() + (5 * 60 + 45) * 60_000);
+    const expression = `${local.getUTCSeconds()} ${local.getUTCMinutes()} ${local.getUTCHours()} * * *`;
+
+    @Injectable()
+    class ZonedTasks {
+      @Task('zoned')
+      @Cron(expression, { name: 'zoned_tz', timeZone: 'Asia/Kathmandu' })
+      async zoned() {}
+
+      @Task('offset')
+      @Cron(expression, { name: 'zoned_offset', utcOffset: 345 })
+      async offset() {}
+    }
+    const t = await createTestApp({ url: db.url, providers: [ZonedTasks], jobQueue: { worker: false } });
+    await sleep(target.getTime() - Date.now() + 1000);
+    await t.close();
+    assert.deepEqual((await tickTimes('zoned')).map((r) => r.ts), [target.toISOString()]);
+    assert.deepEqual((await tickTimes('offset')).map((r) => r.ts), [target.toISOString()]);
+  });
+});

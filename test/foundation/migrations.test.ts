@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { DataSource } from 'typeorm';
+import { createJobQueueMigrations, JobQueueModule, JobQueueService } from '../../libs/job-queue/src';
+import { NestFactory } from '@nestjs/core';
+import { Module } from '@nestjs/common';
+import { createTestApp } from '../support/app';
+import { connect, createTestDatabase } from '../support/database';
+
+describe('migrations', () => {
+  it('several app instances booting at once on an empty database migrate it once', async () => {
+    const db = await createTestDatabase('migrate');
+    const apps = await Promise.all([1, 2, 3, 4].map(() => createTestApp({ url: db.url, jobQueue: { worker: false } })));
+    try {
+      const sql = await connect(db.url);
+      const { rows } = await sql.query('select name from job_queue.migrations');
+      assert.deepEqual(rows.map((r) => r.name), ['CreateJobTables1763700000000']);
+      const tables = (await sql.query(`select tablename from pg_tables where schemaname = 'job_queue' order by 1`)).rows;
+      assert.deepEqual(tables.map((r) => r.tablename), ['job_queues', 'jobs', 'known_crontabs', 'migrations', 'workers']);
+      await sql.end();
+      // every instance works
+      for (const [i, t] of apps.entries()) await t.jobs.add('hello', { i });
+    } finally {
+      await Promise.all(apps.map((t) => t.close()));
+      await db.drop();
+    }
+  });
+
+  it('a custom schema gets its own tables, functions and migrations table; migrationsRun: false leaves the database alone', async () => {
+    const db = await createTestDatabase('schema');
+    try {
+      const untouched = await createTestApp({ url: db.url, jobQueue: { schema: 'Other_Queue', migrationsRun: false, worker: false } });
+      await untouched.close();
+      const sql = await connect(db.url);
+      assert.equal((await sql.query(`select count(*) from pg_namespace where nspname = 'Other_Queue'`)).rows[0].count, '0');
+
+      const t = await createTestApp({ url: db.url, jobQueue: { schema: 'Other_Queue', worker: false } });
+      const job = await t.jobs.add('x', { a: 1 });
+      assert.equal((await sql.query(`select count(*) from "Other_Queue".jobs where id = $1`, [job.id])).rows[0].count, '1');
+      await t.close();
+      await sql.end();
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it('the exported migration classes run with TypeORM’s own migration runner', async () => {
+    const db = await createTestDatabase('cli');
+    const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: createJobQueueMigrations('cli_queue') });
+    try {
+      await dataSource.initialize();
+      const ran = await dataSource.runMigrations();
+      assert.deepEqual(ran.map((m) => m.name), ['CreateJobTables1763700000000']);
+      const [job] = await dataSource.query(`select * from cli_queue.add_job('from_cli')`);
+      assert.equal(job.task_identifier, 'from_cli');
+      // an app on that schema with migrationsRun: false uses the tables as they are
+      @Module({ imports: [JobQueueModule.forRoot({ dataSource, schema: 'cli_queue', migrationsRun: false, worker: false })] })
+      class AppModule {}
+      const app = await NestFactory.createApplicationContext(AppModule, { logger: false, abortOnError: false });
+      assert.equal((await app.get(JobQueueService).add('via_app')).taskIdentifier, 'via_app');
+      await app.close();
+    } finally {
+      await dataSource.destroy();
+      await db.drop();
+    }
+  });
+});

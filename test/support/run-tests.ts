@@ -1,0 +1,52 @@
+/**
+ * `npm test`: runs every dist/test/**\/*.test.js with node's test runner against
+ * DATABASE_URL when it is set, otherwise against an embedded PostgreSQL started once for
+ * the whole run. Each test file makes its own database on that server (support/database.ts).
+ * Arguments filter the files by name: `npm test -- worker`.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../apps/embedded-postgres';
+
+function testFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) return testFiles(path);
+    return name.endsWith('.test.js') ? [path] : [];
+  });
+}
+
+async function main(): Promise<number> {
+  const filters = process.argv.slice(2);
+  const files = testFiles(join(__dirname, '..')).filter((file) => filters.length === 0 || filters.some((f) => file.includes(f)));
+  let embedded: EmbeddedPostgres | undefined;
+  let dataDir: string | undefined;
+  const env = { ...process.env };
+  if (!env.DATABASE_URL) {
+    dataDir = mkdtempSync(join(tmpdir(), 'jq-test-pg-'));
+    embedded = await startEmbeddedPostgres({ dataDir, persistent: false });
+    env.DATABASE_URL = embedded.url;
+    console.log(`Embedded PostgreSQL started for the tests (${embedded.url})`);
+  } else {
+    console.log('Testing against DATABASE_URL');
+  }
+  try {
+    return await new Promise<number>((resolve) => {
+      const child = spawn(process.execPath, ['--test', '--test-reporter=spec', ...files], { env, stdio: 'inherit' });
+      child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0)));
+    });
+  } finally {
+    await embedded?.stop();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,43 @@
+/**
+ * A worker in a process of its own, for tests that kill or signal processes.
+ * Tasks: `sleep` ({ ms }) and `record` (inserts the job id and the pid into `runs`).
+ */
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { DataSource } from 'typeorm';
+import { NestFactory } from '@nestjs/core';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { JobQueueModule, Task, type JobContext } from '../../libs/job-queue/src';
+
+@Injectable()
+class ProcessTasks {
+  constructor(private readonly dataSource: DataSource) {}
+
+  /** Records which process ran which job, in the test's `runs` table. */
+  @Task('record')
+  async record(_payload: unknown, ctx: JobContext) {
+    await this.dataSource.query('insert into runs (job_id, pid) values ($1, $2)', [ctx.job.id, process.pid]);
+  }
+
+  @Task('sleep')
+  async sleep(payload: { ms: number }, ctx: JobContext) {
+    console.log(`started sleep ${ctx.job.id}`);
+    await new Promise((resolve) => setTimeout(resolve, payload.ms));
+    console.log(`finished sleep ${ctx.job.id}`);
+  }
+}
+
+@Module({
+  imports: [
+    TypeOrmModule.forRoot({ type: 'postgres', url: process.env.DATABASE_URL }),
+    JobQueueModule.forRoot({ concurrency: Number(process.env.CONCURRENCY ?? 4), pollInterval: 200 }),
+  ],
+  providers: [ProcessTasks],
+})
+class WorkerProcessModule {}
+
+async function main() {
+  const app = await NestFactory.createApplicationContext(WorkerProcessModule, { logger: ['error', 'warn'] });
+  app.enableShutdownHooks();
+}
+void main();

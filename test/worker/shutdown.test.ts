@@ -1,0 +1,108 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
+import type { Client } from 'pg';
+import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import { createTestApp, waitFor } from '../support/app';
+import { connect, createTestDatabase } from '../support/database';
+
+const started = new Set<string>();
+const finished = new Set<string>();
+
+@Injectable()
+class SlowTasks {
+  /** Finishes within the grace period. */
+  @Task('short')
+  async short(_payload: unknown, ctx: JobContext) {
+    started.add(ctx.job.id);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    finished.add(ctx.job.id);
+  }
+
+  /** Runs until aborted, then gives up as the signal asks. */
+  @Task('polite')
+  async polite(_payload: unknown, ctx: JobContext) {
+    started.add(ctx.job.id);
+    await new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason)));
+  }
+
+  /** Never settles and ignores the signal: must not block shutdown. */
+  @Task('stubborn')
+  async stubborn(_payload: unknown, ctx: JobContext) {
+    started.add(ctx.job.id);
+    await new Promise(() => {});
+  }
+}
+
+describe('graceful shutdown', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let sql: Client;
+
+  before(async () => {
+    db = await createTestDatabase('shutdown');
+    sql = await connect(db.url);
+  });
+  after(async () => {
+    await sql.end();
+    await db.drop();
+  });
+
+  it('lets short jobs finish, aborts and gives back long ones with their attempt returned, leaves nothing locked', async () => {
+    const t = await createTestApp({ url: db.url, providers: [SlowTasks], jobQueue: { concurrency: 10, shutdownGracePeriod: 400 } });
+    const events: JobQueueEvent[] = [];
+    t.worker.events$.subscribe((e) => events.push(e));
+    const jobs = await t.jobs.addMany([
+      { identifier: 'short' },
+      { identifier: 'polite', queueName: 'serial' },
+      { identifier: 'polite', queueName: 'serial' },
+      { identifier: 'stubborn', maxAttempts: 1 },
+    ]);
+    const [short, politeHead, politeNext, stubborn] = jobs;
+    await waitFor(() => started.has(short.id) && started.has(politeHead.id) && started.has(stubborn.id), 10_000, 'jobs to start');
+    const workerId = t.worker.workerId;
+    await t.close();
+
+    assert.ok(finished.has(short.id));
+    assert.equal(started.has(politeNext.id), false, 'the serial queue was still busy with its head');
+    const rows = (await sql.query('select id::text, attempts, locked_at, locked_by, last_error from job_queue.jobs order by id')).rows;
+    assert.deepEqual(rows, [
+      { id: politeHead.id, attempts: 0, locked_at: null, locked_by: null, last_error: null },
+      { id: politeNext.id, attempts: 0, locked_at: null, locked_by: null, last_error: null },
+      { id: stubborn.id, attempts: 0, locked_at: null, locked_by: null, last_error: null },
+    ]);
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.job_queues where locked_at is not null')).rows[0].n, 0);
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.workers where id = $1', [workerId])).rows[0].n, 0);
+    const stop = events.find((e) => e.type === 'worker:stop');
+    assert.deepEqual(stop?.type === 'worker:stop' && stop.givenBack.sort(), [politeHead.id, stubborn.id].sort());
+    assert.equal(events.some((e) => e.type === 'job:error' || e.type === 'job:failed'), false, 'an aborted job is not a failure');
+
+    // the given-back jobs run again in the next worker
+    const next = await createTestApp({ url: db.url, providers: [SlowTasks], jobQueue: { worker: false } });
+    started.clear();
+    const claimed = next.worker.events$.subscribe(() => {});
+    void next.worker.runUntilIdle();
+    await waitFor(() => started.has(politeHead.id) && started.has(stubborn.id), 10_000, 'given-back jobs to run again');
+    claimed.unsubscribe();
+    await next.close();
+    await sql.query('delete from job_queue.jobs');
+  });
+
+  it('SIGTERM drains a worker process started with enableShutdownHooks', async () => {
+    const { spawn } = await import('node:child_process');
+    const { join } = await import('node:path');
+    await sql.query(`select job_queue.add_job('sleep', '{"ms": 300}')`);
+    const child = spawn(process.execPath, [join(__dirname, '..', 'support', 'worker-process.js')], {
+      env: { ...process.env, DATABASE_URL: db.url },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    await waitFor(() => output.includes('started sleep'), 20_000, 'the child to start the job');
+    child.kill('SIGTERM');
+    const exit = await new Promise<string>((resolve) => child.on('exit', (code, signal) => resolve(signal ?? String(code))));
+    // Nest closes the app, then re-raises the signal so the process ends as a SIGTERM would
+    assert.equal(exit, 'SIGTERM');
+    assert.match(output, /finished sleep/);
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs')).rows[0].n, 0);
+  });
+});
