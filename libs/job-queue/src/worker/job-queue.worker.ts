@@ -153,15 +153,19 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    * `worker: false` too.
    */
   async runUntilIdle(): Promise<void> {
-    for (;;) {
-      await this.wake();
+    while (!this.stopping) {
+      // Idle only if a claim that began with nothing running, prefetched or unwritten finds
+      // nothing: a result written during the claim may have freed a named queue it skipped.
+      const settledBefore = this.running.size === 0 && this.prefetched.length === 0 && this.batcher.idle;
+      const claimed = await this.wake();
+      this.startPrefetched(); // a job that just finished may not have handed its slot on yet
       if (this.running.size > 0) {
         await Promise.race([...this.running.values()].map((r) => r.done));
-        continue;
+      } else if (!this.batcher.idle) {
+        await this.batcher.flush();
+      } else if (settledBefore && claimed === 0) {
+        return;
       }
-      await this.batcher.flush();
-      // nothing running and nothing written back pending: idle if a claim finds nothing more
-      if ((await this.wake()) === 0 && this.running.size === 0) return;
     }
   }
 

@@ -41,6 +41,11 @@ export class ReleaseBatcher {
     return this.completed.length + this.failed.length;
   }
 
+  /** Nothing collected, waiting for its timer, or being written. */
+  get idle(): boolean {
+    return this.pending === 0 && !this.timer && !this.inFlight;
+  }
+
   private schedule(): void {
     if (this.timer || this.inFlight) return;
     this.timer = setTimeout(() => {
