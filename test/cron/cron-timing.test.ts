@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createCronItem, ticksDue } from '../../libs/job-queue/src/cron/cron-item';
+import { createCronItem, LATE_TICK_GRACE_MS, ticksDue } from '../../libs/job-queue/src/cron/cron-item';
 
 const at = (iso: string) => new Date(`2026-03-01T${iso}Z`);
 const iso = (dates: Date[]) => dates.map((d) => d.toISOString().slice(11, 19));
@@ -11,30 +11,42 @@ describe('cron timing is read from the clock', () => {
 
   it('a wake-up on time adds the tick that is due', () => {
     const due = ticksDue(everySecond, at('10:00:00'), at('10:00:01.004'));
-    assert.equal(due.latest?.toISOString(), at('10:00:01').toISOString());
+    assert.deepEqual(iso(due.onTime), ['10:00:01']);
     assert.deepEqual(due.missed, []);
+  });
+
+  it('a wake-up a few seconds late (a stall, a short database outage) adds every tick it owes, as live ones', () => {
+    const due = ticksDue(everySecond, at('10:00:00'), at('10:00:03.700'));
+    assert.deepEqual(iso(due.onTime), ['10:00:01', '10:00:02', '10:00:03']);
+    assert.deepEqual(due.missed, []);
+    const limit = ticksDue(everySecond, at('10:00:00'), new Date(at('10:00:01').getTime() + LATE_TICK_GRACE_MS));
+    assert.equal(limit.onTime.length, LATE_TICK_GRACE_MS / 1000 + 1, 'up to the grace period, nothing is dropped');
   });
 
   it('after the process slept (or the clock jumped forward) an hour: one tick, not a burst', () => {
     const due = ticksDue(everySecond, at('10:00:00'), at('11:00:00.500'));
-    assert.equal(due.latest?.toISOString(), at('11:00:00').toISOString());
+    assert.deepEqual(iso(due.onTime), ['11:00:00']);
     assert.deepEqual(due.missed, []);
+    const justOver = ticksDue(everySecond, at('10:00:00'), new Date(at('10:00:01').getTime() + LATE_TICK_GRACE_MS + 1));
+    assert.equal(justOver.onTime.length, 1, 'past the grace period, one tick');
   });
 
   it('with a backfill period, the missed ticks within it are added too', () => {
     const due = ticksDue(withFill, at('10:00:00'), at('11:00:00.500'));
-    assert.equal(due.latest?.toISOString(), at('11:00:00').toISOString());
+    assert.deepEqual(iso(due.onTime), ['11:00:00']);
     assert.deepEqual(iso(due.missed), ['10:59:58', '10:59:59']);
   });
 
   it('a clock that jumped back adds nothing until it passes the last tick again', () => {
-    assert.equal(ticksDue(everySecond, at('10:00:00'), at('09:30:00')).latest, undefined);
-    assert.equal(ticksDue(everySecond, at('10:00:00'), at('10:00:00.900')).latest, undefined);
+    assert.deepEqual(ticksDue(everySecond, at('10:00:00'), at('09:30:00')), { onTime: [], missed: [] });
+    assert.deepEqual(ticksDue(everySecond, at('10:00:00'), at('10:00:00.900')), { onTime: [], missed: [] });
   });
 
   it('a daily schedule found late still adds its latest tick', () => {
     const daily = createCronItem({ identifier: 'd', task: 'd', expression: '0 3 * * *', timeZone: 'UTC', source: 'test' });
     const due = ticksDue(daily, new Date('2026-03-01T02:59:59Z'), new Date('2026-03-01T15:00:00Z'));
-    assert.equal(due.latest?.toISOString(), '2026-03-01T03:00:00.000Z');
+    assert.deepEqual(due.onTime.map((d) => d.toISOString()), ['2026-03-01T03:00:00.000Z']);
+    const weekLate = ticksDue(daily, new Date('2026-03-01T02:59:59Z'), new Date('2026-03-08T15:00:00Z'));
+    assert.deepEqual(weekLate.onTime.map((d) => d.toISOString()), ['2026-03-08T03:00:00.000Z']);
   });
 });

@@ -109,18 +109,35 @@ export function ticksBetween(item: CronItem, from: Date, to: Date, limit = 100_0
 }
 
 /**
- * What a wake-up at `now` adds, given the last tick handled (`cursor`): the latest due tick,
- * late if need be, and the older missed ones only within the backfill period. A process that
- * slept or a clock that jumped forward thus adds one tick, not a burst; a clock that jumped
- * back adds nothing until it passes the cursor again.
+ * A wake-up this late after the first tick it owes is a hiccup (a stalled event loop, a slow
+ * or briefly unreachable database): every tick since the last one handled is added, on time
+ * if late. Later than this, the process slept or the clock jumped: see ticksDue.
  */
-export function ticksDue(item: CronItem, cursor: Date, now: Date): { latest?: Date; missed: Date[] } {
-  const from = new Date(Math.max(cursor.getTime(), now.getTime() - Math.max(item.backfillMs, 0)));
-  let due = ticksBetween(item, from, now);
-  if (due.length === 0 && from > cursor) {
-    // nothing within the backfill window, but a tick may be due from before it: find the latest
-    due = ticksBetween(item, cursor, now, 1);
-    return { latest: due[due.length - 1], missed: [] };
+export const LATE_TICK_GRACE_MS = 10_000;
+
+/** The latest tick in (after, upTo], found by looking back in growing windows from `upTo`. */
+function latestTick(item: CronItem, after: Date, upTo: Date): Date | undefined {
+  for (let span = 60_000; ; span *= 16) {
+    const start = new Date(Math.max(after.getTime(), upTo.getTime() - span));
+    const [tick] = ticksBetween(item, start, upTo, 1);
+    if (tick || start.getTime() === after.getTime()) return tick;
   }
-  return { latest: due[due.length - 1], missed: due.slice(0, -1) };
+}
+
+/**
+ * What a wake-up at `now` adds, given the last tick handled (`cursor`): `onTime`, the ticks
+ * to add as live ones, and `missed`, older ones to add marked backfilled, oldest first.
+ * Within LATE_TICK_GRACE_MS of the first tick owed, every tick since the cursor is on time.
+ * Later than that (the process slept, the clock jumped forward), only the latest tick is,
+ * and older missed ones are added only within the backfill period: one tick, not a burst.
+ * A clock that jumped back adds nothing until it passes the cursor again.
+ */
+export function ticksDue(item: CronItem, cursor: Date, now: Date): { onTime: Date[]; missed: Date[] } {
+  const first = item.next(cursor);
+  if (first > now) return { onTime: [], missed: [] };
+  if (now.getTime() - first.getTime() <= LATE_TICK_GRACE_MS) return { onTime: ticksBetween(item, cursor, now), missed: [] };
+  const latest = latestTick(item, cursor, now)!;
+  const fillFrom = new Date(Math.max(cursor.getTime(), now.getTime() - Math.max(item.backfillMs, 0)));
+  const missed = fillFrom < latest ? ticksBetween(item, fillFrom, new Date(latest.getTime() - 1)) : [];
+  return { onTime: [latest], missed };
 }

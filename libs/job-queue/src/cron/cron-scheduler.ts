@@ -17,8 +17,9 @@ const MAX_SLEEP_MS = 60_000;
  * because the tick is claimed in known_crontabs in the statement that adds the job.
  *
  * Timing comes from the clock, not from accumulated timers: each wake-up computes the ticks
- * due since the last one handled. The latest due tick is always added (late if the process
- * slept, the clock jumped or the database was down); older missed ones only within the
+ * due since the last one handled (cron-item.ts ticksDue). A short delay (a stall, a database
+ * outage of a few seconds) adds every tick late; after a long one (the process slept, the
+ * clock jumped) only the latest tick is added, and older missed ones only within the
  * schedule's backfill period, marked `backfilled`.
  */
 @Injectable()
@@ -113,12 +114,13 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     let failed = false;
     for (const item of this.items) {
       if (this.stopped) return;
-      const { latest, missed } = ticksDue(item, this.cursors.get(item.identifier)!, now);
-      if (!latest) continue;
+      const { onTime, missed } = ticksDue(item, this.cursors.get(item.identifier)!, now);
       try {
         for (const tick of missed) await this.addTick(this.db.pool, item, tick, true);
-        await this.addTick(this.db.pool, item, latest, false);
-        this.cursors.set(item.identifier, latest);
+        for (const tick of onTime) {
+          await this.addTick(this.db.pool, item, tick, false);
+          this.cursors.set(item.identifier, tick);
+        }
       } catch (error) {
         failed = true;
         this.worker.reportError('cron', error);
