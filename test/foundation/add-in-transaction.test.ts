@@ -101,7 +101,8 @@ describe('JobQueueService.add and addMany', () => {
     assert.equal(jobs[2].maxAttempts, 3);
     assert.equal(await countJobs('bulk'), 3);
     assert.equal((await observer.query(`select count(*) from job_queue.job_queues where queue_name = 'q1'`)).rows[0].count, '1');
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await waitFor(() => notifications.length > 0, 5000, 'the notification');
+    await new Promise((resolve) => setTimeout(resolve, 200)); // a second one would have come by now
     assert.equal(notifications.length, 1);
   });
 

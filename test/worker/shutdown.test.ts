@@ -83,7 +83,8 @@ describe('graceful shutdown', () => {
     void next.worker.runUntilIdle();
     await waitFor(() => started.has(politeHead.id) && started.has(stubborn.id), 10_000, 'given-back jobs to run again');
     claimed.unsubscribe();
-    await next.close();
+    await next.close(); // worker: false, but runUntilIdle() holds jobs: they are given back too
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs where locked_at is not null')).rows[0].n, 0);
     await sql.query('delete from job_queue.jobs');
   });
 

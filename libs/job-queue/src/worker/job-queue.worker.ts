@@ -118,7 +118,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    * gives the unfinished ones back with their attempt returned. Nothing stays locked by it.
    */
   async stop(): Promise<void> {
-    if (!this.started || this.stopping) return;
+    // A producer-only app (worker: false) may still be running jobs through runUntilIdle().
+    const busy = this.running.size > 0 || this.prefetched.length > 0;
+    if (this.stopping || (!this.started && !busy)) return;
     this.stopping = true;
     clearInterval(this.pollTimer);
     clearInterval(this.heartbeatTimer);
