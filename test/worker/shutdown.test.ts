@@ -77,7 +77,7 @@ describe('graceful shutdown', () => {
     assert.equal(events.some((e) => e.type === 'job:error' || e.type === 'job:failed'), false, 'an aborted job is not a failure');
 
     // the given-back jobs run again in the next worker
-    const next = await createTestApp({ url: db.url, providers: [SlowTasks], jobQueue: { worker: false } });
+    const next = await createTestApp({ url: db.url, providers: [SlowTasks], jobQueue: { worker: false, shutdownGracePeriod: 200 } });
     started.clear();
     const claimed = next.worker.events$.subscribe(() => {});
     void next.worker.runUntilIdle();
