@@ -21,7 +21,7 @@ describe('JobQueueService.add and addMany', () => {
 
   before(async () => {
     db = await createTestDatabase('add');
-    t = await createTestApp({ url: db.url, entities: [User], jobQueue: { worker: false } });
+    t = await createTestApp({ url: db.url, entities: [User], jobQueue: { worker: false, externalTasks: '*' } });
     listener = await connect(db.url);
     listener.on('notification', (n) => notifications.push(n.channel));
     await listener.query('listen "job_queue:jobs"');

@@ -1,9 +1,19 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
-import { JobQueueModule, type JobQueueErrorCode, type JobSpec } from '../../libs/job-queue/src';
+import { Injectable } from '@nestjs/common';
+import { JobQueueModule, Task, type JobQueueErrorCode, type JobSpec } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+
+@Injectable()
+class KnownTasks {
+  @Task('existing')
+  existing() {}
+
+  @Task('fine')
+  fine() {}
+}
 
 describe('bad input is refused with a JQ_* code before anything is written', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -17,7 +27,7 @@ describe('bad input is refused with a JQ_* code before anything is written', () 
 
   before(async () => {
     db = await createTestDatabase('bad_input');
-    t = await createTestApp({ url: db.url, jobQueue: { worker: false } });
+    t = await createTestApp({ url: db.url, providers: [KnownTasks], jobQueue: { worker: false, externalTasks: ['run_by_billing'] } });
     sql = await connect(db.url);
     // jobs queued before: none of the rejected calls may change them
     await t.jobs.add('existing', { keep: true }, { jobKey: 'existing-key', queueName: 'q' });
@@ -48,6 +58,7 @@ describe('bad input is refused with a JQ_* code before anything is written', () 
     ['a function payload', 'JQ_INVALID_PAYLOAD', 'existing', () => 1],
     ['flags that are not strings', 'JQ_INVALID_FLAGS', 'existing', {}, { flags: ['ok', 3] as never }],
     ['flags that are not an array', 'JQ_INVALID_FLAGS', 'existing', {}, { flags: 'x' as never }],
+    ['a task with no @Task in this app and not in externalTasks', 'JQ_UNKNOWN_TASK', 'exisitng', {}],
   ];
 
   for (const [name, code, identifier, payload, spec] of cases) {
@@ -67,6 +78,30 @@ describe('bad input is refused with a JQ_* code before anything is written', () 
       (error: { code?: string; message: string }) => error.code === 'JQ_INVALID_PAYLOAD' && /job 1/.test(error.message),
     );
     await assert.rejects(t.jobs.addMany([{ identifier: 'x'.repeat(200) }]), { code: 'JQ_INVALID_TASK_IDENTIFIER' });
+    await assert.rejects(
+      t.jobs.addMany([{ identifier: 'fine' }, { identifier: 'run_by_billing' }, { identifier: 'fien' }]),
+      (error: { code?: string; message: string }) => {
+        assert.equal(error.code, 'JQ_UNKNOWN_TASK');
+        assert.equal(error.message, `JQ_UNKNOWN_TASK: addMany, job 2: no @Task('fien') in this app: check the name, or list it in the externalTasks option if another app runs it`);
+        return true;
+      },
+    );
+    assert.deepEqual(await jobs(), snapshot);
+  });
+
+  it('a task listed in externalTasks, or any with externalTasks: \'*\', is accepted without a handler here', async () => {
+    const job = await t.jobs.add('run_by_billing', { invoice: 7 });
+    assert.deepEqual((await sql.query('select task_identifier, attempts from job_queue.jobs where id = $1', [job.id])).rows, [
+      { task_identifier: 'run_by_billing', attempts: 0 },
+    ]);
+    await sql.query('delete from job_queue.jobs where id = $1', [job.id]);
+    const anyTask = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
+    try {
+      const other = await anyTask.jobs.add('whatever_another_app_runs');
+      await sql.query('delete from job_queue.jobs where id = $1', [other.id]);
+    } finally {
+      await anyTask.close();
+    }
     assert.deepEqual(await jobs(), snapshot);
   });
 
@@ -89,6 +124,12 @@ describe('bad input is refused with a JQ_* code before anything is written', () 
     await assert.rejects(createTestApp({ url: db.url, jobQueue: { concurrency: 0 } }), { code: 'JQ_INVALID_OPTIONS' });
     await assert.rejects(createTestApp({ url: db.url, jobQueue: { pollInterval: -5 } }), { code: 'JQ_INVALID_OPTIONS' });
     await assert.rejects(createTestApp({ url: db.url, jobQueue: { forbiddenFlags: [1] as never } }), { code: 'JQ_INVALID_OPTIONS' });
+    await assert.rejects(createTestApp({ url: db.url, jobQueue: { externalTasks: 'billing' as never } }), { code: 'JQ_INVALID_OPTIONS' });
+    await assert.rejects(createTestApp({ url: db.url, jobQueue: { externalTasks: ['ok', ''] } }), (error: { code?: string; message: string }) => {
+      assert.equal(error.code, 'JQ_INVALID_OPTIONS');
+      assert.match(error.message, /^JQ_INVALID_OPTIONS: externalTasks: task identifier must be/);
+      return true;
+    });
     assert.ok(JobQueueModule);
   });
 });

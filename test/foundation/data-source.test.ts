@@ -24,7 +24,7 @@ describe('which DataSource the module uses', () => {
     @Module({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: 'postgres://nobody@127.0.0.1:1/none', manualInitialization: true }),
-        JobQueueModule.forRoot({ dataSource: given, worker: false }),
+        JobQueueModule.forRoot({ dataSource: given, worker: false, externalTasks: '*' }),
       ],
     })
     class AppModule {}
@@ -42,7 +42,7 @@ describe('which DataSource the module uses', () => {
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: 'postgres://nobody@127.0.0.1:1/none', manualInitialization: true }),
         TypeOrmModule.forRoot({ name: 'jobsdb', type: 'postgres', url: db.url, entities: [JobEntity] }),
-        JobQueueModule.forRootAsync({ useFactory: () => ({ dataSourceName: 'jobsdb', worker: false }) }),
+        JobQueueModule.forRootAsync({ useFactory: () => ({ dataSourceName: 'jobsdb', worker: false, externalTasks: '*' }) }),
       ],
     })
     class AppModule {}
@@ -53,7 +53,7 @@ describe('which DataSource the module uses', () => {
   });
 
   it('opens a connection of its own when the app has no TypeORM module, and closes it with the app', async () => {
-    @Module({ imports: [JobQueueModule.forRoot({ connection: { url: db.url }, worker: false })] })
+    @Module({ imports: [JobQueueModule.forRoot({ connection: { url: db.url }, worker: false, externalTasks: '*' })] })
     class AppModule {}
     const { app, jobs } = await boot(AppModule);
     const job = await jobs.add('own');

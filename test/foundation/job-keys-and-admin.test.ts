@@ -11,7 +11,7 @@ describe('job keys and admin functions', () => {
 
   before(async () => {
     db = await createTestDatabase('keys');
-    t = await createTestApp({ url: db.url, jobQueue: { worker: false } });
+    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
     sql = await connect(db.url);
   });
   after(async () => {

@@ -10,7 +10,7 @@ import { connect, createTestDatabase } from '../support/database';
 describe('migrations', () => {
   it('several app instances booting at once on an empty database migrate it once', async () => {
     const db = await createTestDatabase('migrate');
-    const apps = await Promise.all([1, 2, 3, 4].map(() => createTestApp({ url: db.url, jobQueue: { worker: false } })));
+    const apps = await Promise.all([1, 2, 3, 4].map(() => createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } })));
     try {
       const sql = await connect(db.url);
       const { rows } = await sql.query('select name from job_queue.migrations');
@@ -34,7 +34,7 @@ describe('migrations', () => {
       const sql = await connect(db.url);
       assert.equal((await sql.query(`select count(*) from pg_namespace where nspname = 'Other_Queue'`)).rows[0].count, '0');
 
-      const t = await createTestApp({ url: db.url, jobQueue: { schema: 'Other_Queue', worker: false } });
+      const t = await createTestApp({ url: db.url, jobQueue: { schema: 'Other_Queue', worker: false, externalTasks: '*' } });
       const job = await t.jobs.add('x', { a: 1 });
       assert.equal((await sql.query(`select count(*) from "Other_Queue".jobs where id = $1`, [job.id])).rows[0].count, '1');
       await t.close();
@@ -54,7 +54,7 @@ describe('migrations', () => {
       const [job] = await dataSource.query(`select * from cli_queue.add_job('from_cli')`);
       assert.equal(job.task_identifier, 'from_cli');
       // an app on that schema with migrationsRun: false uses the tables as they are
-      @Module({ imports: [JobQueueModule.forRoot({ dataSource, schema: 'cli_queue', migrationsRun: false, worker: false })] })
+      @Module({ imports: [JobQueueModule.forRoot({ dataSource, schema: 'cli_queue', migrationsRun: false, worker: false, externalTasks: '*' })] })
       class AppModule {}
       const app = await NestFactory.createApplicationContext(AppModule, { logger: false, abortOnError: false });
       assert.equal((await app.get(JobQueueService).add('via_app')).taskIdentifier, 'via_app');

@@ -24,7 +24,7 @@ describe('what a worker claims, and in which order', () => {
   before(async () => {
     db = await createTestDatabase('order');
     sql = await connect(db.url);
-    t = await createTestApp({ url: db.url, providers: [OrderTasks], jobQueue: { worker: false, concurrency: 1 } });
+    t = await createTestApp({ url: db.url, providers: [OrderTasks], jobQueue: { worker: false, concurrency: 1, externalTasks: ['someone_elses_task'] } });
   });
   after(async () => {
     await sql.end();

@@ -37,9 +37,19 @@ export class JobQueueError extends Error {
 
   constructor(
     readonly code: JobQueueErrorCode,
-    message: string,
+    /** The message without its code. */
+    readonly detail: string,
   ) {
-    super(`${code}: ${message}`);
+    super(`${code}: ${detail}`);
+  }
+
+  /**
+   * Rethrows a JobQueueError with where it happened in front (`addMany, job 3: ...`), under
+   * its own code or `code`; anything else is rethrown as it is.
+   */
+  static rethrowAt(where: string, error: unknown, code?: JobQueueErrorCode): never {
+    if (error instanceof JobQueueError) throw new JobQueueError(code ?? error.code, `${where}: ${error.detail}`);
+    throw error;
   }
 }
 

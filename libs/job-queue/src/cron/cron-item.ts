@@ -83,7 +83,7 @@ export function createCronItem(spec: CronItemSpec): CronItem {
   try {
     validateJob(spec.task, spec.payload ?? {}, { queueName: spec.queueName, priority: spec.priority, maxAttempts: spec.maxAttempts });
   } catch (error) {
-    throw new JobQueueError((error as JobQueueError).code ?? 'JQ_INVALID_TASK_OPTIONS', `${where}: ${(error as Error).message}`);
+    JobQueueError.rethrowAt(where, error);
   }
   return {
     identifier: spec.identifier,

@@ -33,7 +33,19 @@ export class TaskRegistry implements OnModuleInit {
     for (const { method } of this.taskMethods()) takeCronMetadata(method);
   }
 
+  private discovered = false;
+
   onModuleInit(): void {
+    this.discover();
+  }
+
+  /**
+   * Registers every @Task method, once: at onModuleInit, or earlier if another provider's
+   * onModuleInit adds a job first (providers are all instantiated by then).
+   */
+  private discover(): void {
+    if (this.discovered) return;
+    this.discovered = true;
     for (const { wrapper, prototype, methodName, method } of this.taskMethods()) {
       const meta = this.reflector.get<TaskMetadata>(TASK_METADATA, method);
       const cron = takeCronMetadata(method);
@@ -68,7 +80,7 @@ export class TaskRegistry implements OnModuleInit {
       const { maxAttempts, queueName, priority } = meta.options;
       validateJob(meta.identifier, undefined, { maxAttempts, queueName, priority });
     } catch (error) {
-      throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: ${(error as Error).message}`);
+      JobQueueError.rethrowAt(where, error, 'JQ_INVALID_TASK_OPTIONS');
     }
     if (meta.options.retryDelay !== undefined && typeof meta.options.retryDelay !== 'function') {
       throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: retryDelay must be a function`);
@@ -90,14 +102,17 @@ export class TaskRegistry implements OnModuleInit {
   }
 
   get(identifier: string): RegisteredTask | undefined {
+    this.discover();
     return this.tasks.get(identifier);
   }
 
   identifiers(): string[] {
+    this.discover();
     return [...this.tasks.keys()];
   }
 
   all(): RegisteredTask[] {
+    this.discover();
     return [...this.tasks.values()];
   }
 }

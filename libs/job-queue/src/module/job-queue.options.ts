@@ -1,5 +1,6 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
 import { JobQueueError } from '../errors';
+import { validateTaskIdentifier } from '../service/validate-job-spec';
 import { validateSchemaName } from '../sql/identifier';
 
 type PostgresDataSourceOptions = Extract<DataSourceOptions, { type: 'postgres' }>;
@@ -33,6 +34,13 @@ export interface JobQueueModuleOptions {
   forbiddenFlags?: ForbiddenFlags;
   /** Recurring jobs in graphile-worker's crontab syntax, one per line. */
   crontab?: string;
+  /**
+   * Task identifiers that another app handles, which this one may add jobs for. Adding a job
+   * for an identifier with no `@Task` in this app and not listed here fails with
+   * JQ_UNKNOWN_TASK, so that a typo does not leave jobs that nothing will ever run. `'*'`
+   * accepts any identifier (a producer that knows none of the handlers).
+   */
+  externalTasks?: string[] | '*';
 }
 
 export interface ResolvedJobQueueOptions {
@@ -44,6 +52,7 @@ export interface ResolvedJobQueueOptions {
   shutdownGracePeriod: number;
   forbiddenFlags?: ForbiddenFlags;
   crontab?: string;
+  externalTasks: ReadonlySet<string> | '*';
 }
 
 function positiveInteger(name: string, value: unknown, fallback: number, max: number): number {
@@ -56,7 +65,7 @@ function positiveInteger(name: string, value: unknown, fallback: number, max: nu
 
 /** Checks the module options once, at startup, and fills in the defaults. */
 export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueueOptions {
-  const { forbiddenFlags, crontab } = options;
+  const { forbiddenFlags, crontab, externalTasks = [] } = options;
   if (
     forbiddenFlags !== undefined &&
     typeof forbiddenFlags !== 'function' &&
@@ -66,6 +75,16 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
   }
   if (crontab !== undefined && typeof crontab !== 'string') {
     throw new JobQueueError('JQ_INVALID_OPTIONS', 'crontab must be a string');
+  }
+  if (externalTasks !== '*') {
+    if (!Array.isArray(externalTasks)) throw new JobQueueError('JQ_INVALID_OPTIONS', `externalTasks must be an array of task identifiers or '*'`);
+    for (const identifier of externalTasks) {
+      try {
+        validateTaskIdentifier(identifier);
+      } catch (error) {
+        JobQueueError.rethrowAt('externalTasks', error, 'JQ_INVALID_OPTIONS');
+      }
+    }
   }
   for (const name of ['migrationsRun', 'worker'] as const) {
     if (options[name] !== undefined && typeof options[name] !== 'boolean') {
@@ -81,5 +100,6 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
     shutdownGracePeriod: positiveInteger('shutdownGracePeriod', options.shutdownGracePeriod, 5000, 3_600_000),
     forbiddenFlags,
     crontab,
+    externalTasks: externalTasks === '*' ? '*' : new Set(externalTasks),
   };
 }

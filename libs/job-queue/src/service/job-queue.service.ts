@@ -44,8 +44,7 @@ export class JobQueueService {
         const { identifier, payload, ...rest } = spec;
         return this.validate(identifier, payload, rest);
       } catch (error) {
-        if (error instanceof JobQueueError) throw new JobQueueError(error.code, `addMany, job ${index}: ${error.message}`);
-        throw error;
+        JobQueueError.rethrowAt(`addMany, job ${index}`, error);
       }
     });
     if (jobs.length === 0) return [];
@@ -124,15 +123,23 @@ export class JobQueueService {
     return dataSource.getRepository<Entity>(metadata.target);
   }
 
-  /** Task options fill in what the spec leaves out. */
+  /** Task options fill in what the spec leaves out; the task must be one this app knows. */
   private validate(identifier: string, payload: unknown, spec: Omit<JobSpec, 'manager'> & { manager?: unknown }): ValidJob {
     const defaults = typeof identifier === 'string' ? this.tasks.get(identifier)?.options : undefined;
     const { manager: _manager, ...rest } = spec ?? {};
-    return validateJob(identifier, payload, {
+    const job = validateJob(identifier, payload, {
       ...rest,
       queueName: rest.queueName ?? defaults?.queueName,
       priority: rest.priority ?? defaults?.priority,
       maxAttempts: rest.maxAttempts ?? defaults?.maxAttempts,
     });
+    const { externalTasks } = this.db.options;
+    if (!defaults && externalTasks !== '*' && !externalTasks.has(job.identifier)) {
+      throw new JobQueueError(
+        'JQ_UNKNOWN_TASK',
+        `no @Task('${job.identifier}') in this app: check the name, or list it in the externalTasks option if another app runs it`,
+      );
+    }
+    return job;
   }
 }
