@@ -34,6 +34,21 @@ class SlowTasks {
   }
 }
 
+let releaseFirstRun: (() => void) | undefined;
+let runs = 0;
+
+@Injectable()
+class LateFinisher {
+  /** The first run ignores the abort and finishes only when told; later runs wait for the abort. */
+  @Task('late_finisher')
+  async run(_payload: unknown, ctx: JobContext) {
+    runs++;
+    if (runs === 1) return new Promise<void>((resolve) => (releaseFirstRun = resolve));
+    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+    throw new Error('aborted');
+  }
+}
+
 describe('graceful shutdown', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
   let sql: Client;
@@ -85,6 +100,24 @@ describe('graceful shutdown', () => {
     claimed.unsubscribe();
     await next.close(); // worker: false, but runUntilIdle() holds jobs: they are given back too
     assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs where locked_at is not null')).rows[0].n, 0);
+    await sql.query('delete from job_queue.jobs');
+  });
+
+  it('a run given back at shutdown that finishes later does not release the job its restarted worker claimed again', async () => {
+    const t = await createTestApp({ url: db.url, providers: [LateFinisher], jobQueue: { shutdownGracePeriod: 100 } });
+    try {
+      const job = await t.jobs.add('late_finisher');
+      await waitFor(() => releaseFirstRun !== undefined, 10_000, 'the first run');
+      await t.worker.stop(); // gives the job back; the first run is still going
+      await t.worker.start(); // same worker id: claims the job again
+      await waitFor(() => runs === 2, 10_000, 'the second run');
+      releaseFirstRun!(); // the stale run succeeds now
+      await new Promise((resolve) => setTimeout(resolve, 200)); // a release would have been written by now
+      const rows = (await sql.query('select attempts, locked_by from job_queue.jobs where id = $1', [job.id])).rows;
+      assert.deepEqual(rows, [{ attempts: 1, locked_by: t.worker.workerId }], 'still held by the second run, not completed by the first');
+    } finally {
+      await t.close();
+    }
     await sql.query('delete from job_queue.jobs');
   });
 

@@ -235,9 +235,12 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const task = this.tasks.get(job.taskIdentifier)!;
     const abort = new AbortController();
     const startedAt = performance.now();
+    const entry: RunningJob = { job, abort, done: Promise.resolve() };
     this.emit({ type: 'job:start', job });
-    const done = runJob(task, job, abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec)).then(
+    entry.done = runJob(task, job, abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec)).then(
       (outcome) => {
+        // Given back at shutdown (and perhaps claimed again since): no longer this run's to release.
+        if (this.running.get(job.id) !== entry) return;
         this.running.delete(job.id);
         const durationMs = performance.now() - startedAt;
         this.prefetch.record(durationMs);
@@ -271,7 +274,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       this.startPrefetched();
       if (this.moreMayBeWaiting && this.prefetched.length <= this.prefetch.target / 2) void this.wake();
     });
-    this.running.set(job.id, { job, abort, done });
+    this.running.set(job.id, entry);
   }
 
   private retryDelay(custom: ((attempts: number, error: unknown) => number) | undefined, attempts: number, error: unknown): number {
