@@ -23,6 +23,7 @@ export interface RegisteredTask {
 @Injectable()
 export class TaskRegistry implements OnModuleInit {
   private readonly tasks = new Map<string, RegisteredTask>();
+  private discovered = false;
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -32,8 +33,6 @@ export class TaskRegistry implements OnModuleInit {
     // Before any onModuleInit, so before @nestjs/schedule's explorer looks for @Cron methods.
     for (const { method } of this.taskMethods()) takeCronMetadata(method);
   }
-
-  private discovered = false;
 
   onModuleInit(): void {
     this.discover();

@@ -125,7 +125,8 @@ export class JobQueueService {
 
   /** Task options fill in what the spec leaves out; the task must be one this app knows. */
   private validate(identifier: string, payload: unknown, spec: Omit<JobSpec, 'manager'> & { manager?: unknown }): ValidJob {
-    const defaults = typeof identifier === 'string' ? this.tasks.get(identifier)?.options : undefined;
+    const task = typeof identifier === 'string' ? this.tasks.get(identifier) : undefined;
+    const defaults = task?.options;
     const { manager: _manager, ...rest } = spec ?? {};
     const job = validateJob(identifier, payload, {
       ...rest,
@@ -134,7 +135,7 @@ export class JobQueueService {
       maxAttempts: rest.maxAttempts ?? defaults?.maxAttempts,
     });
     const { externalTasks } = this.db.options;
-    if (!defaults && externalTasks !== '*' && !externalTasks.has(job.identifier)) {
+    if (!task && externalTasks !== '*' && !externalTasks.has(job.identifier)) {
       throw new JobQueueError(
         'JQ_UNKNOWN_TASK',
         `no @Task('${job.identifier}') in this app: check the name, or list it in the externalTasks option if another app runs it`,
