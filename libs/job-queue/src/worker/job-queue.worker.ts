@@ -7,7 +7,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Subject, type Observable } from 'rxjs';
-import { TaskRegistry } from '../decorators/task-registry';
+import { TaskRegistry, type RegisteredTask } from '../decorators/task-registry';
 import { JobQueueDatabase } from '../module/job-queue-database';
 import { toJob, type Job, type JobRow } from '../service/job';
 import { JobQueueService } from '../service/job-queue.service';
@@ -17,7 +17,7 @@ import { NotifyListener } from './notify-listener';
 import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
-import { errorMessage, runJob } from './run-job';
+import { errorMessage, runJob, type JobOutcome } from './run-job';
 
 interface RunningJob {
   job: Job;
@@ -160,7 +160,6 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       // nothing: a result written during the claim may have freed a named queue it skipped.
       const settledBefore = this.running.size === 0 && this.prefetched.length === 0 && this.batcher.idle;
       const claimed = await this.wake();
-      this.startPrefetched(); // a job that just finished may not have handed its slot on yet
       if (this.running.size > 0) {
         await Promise.race([...this.running.values()].map((r) => r.done));
       } else if (!this.batcher.idle) {
@@ -242,39 +241,46 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         // Given back at shutdown (and perhaps claimed again since): no longer this run's to release.
         if (this.running.get(job.id) !== entry) return;
         this.running.delete(job.id);
-        const durationMs = performance.now() - startedAt;
-        this.prefetch.record(durationMs);
-        if (outcome.ok) {
-          this.batcher.complete(job.id);
-          this.emit({ type: 'job:success', job, result: outcome.result, durationMs });
-          this.emit({ type: 'job:complete', job });
-          return;
+        try {
+          this.settle(task, entry, outcome, performance.now() - startedAt);
+        } finally {
+          // Hand the free slot on in this same step, so that no one (runUntilIdle) sees it empty
+          // while prefetched jobs wait; claim ahead if the last claim left jobs behind
+          // (otherwise NOTIFY or the poll will wake us).
+          this.startPrefetched();
+          if (this.moreMayBeWaiting && this.prefetched.length <= this.prefetch.target / 2) void this.wake();
         }
-        const { error } = outcome;
-        // Aborted by shutdown: not the job's fault; stop() gives it back with the attempt returned.
-        if (this.stopping && abort.signal.aborted) return;
-        const message = errorMessage(error);
-        const delayMs = this.retryDelay(task.options.retryDelay, job.attempts, error);
-        this.batcher.fail(job.id, message, delayMs);
-        if (job.attempts >= job.maxAttempts) {
-          this.logger.error(`Job ${job.id} (${job.taskIdentifier}) failed for good after ${job.attempts} attempt(s): ${message}`);
-          this.emit({ type: 'job:failed', job, error, durationMs });
-        } else {
-          const retryAt = new Date(Date.now() + delayMs);
-          this.logger.warn(
-            `Job ${job.id} (${job.taskIdentifier}) failed attempt ${job.attempts}/${job.maxAttempts}, retrying at ${retryAt.toISOString()}: ${message}`,
-          );
-          this.emit({ type: 'job:error', job, error, retryAt, durationMs });
-        }
-        this.emit({ type: 'job:complete', job, error });
       },
-    ).finally(() => {
-      // A slot is free: take the next prefetched job; claim more, ahead of need, if the last
-      // claim left jobs behind (otherwise NOTIFY or the poll will wake us).
-      this.startPrefetched();
-      if (this.moreMayBeWaiting && this.prefetched.length <= this.prefetch.target / 2) void this.wake();
-    });
+    );
     this.running.set(job.id, entry);
+  }
+
+  /** Hands a finished run's outcome to the release batcher and reports it. */
+  private settle(task: RegisteredTask, { job, abort }: RunningJob, outcome: JobOutcome, durationMs: number): void {
+    this.prefetch.record(durationMs);
+    if (outcome.ok) {
+      this.batcher.complete(job.id);
+      this.emit({ type: 'job:success', job, result: outcome.result, durationMs });
+      this.emit({ type: 'job:complete', job });
+      return;
+    }
+    const { error } = outcome;
+    // Aborted by shutdown: not the job's fault; stop() gives it back with the attempt returned.
+    if (this.stopping && abort.signal.aborted) return;
+    const message = errorMessage(error);
+    const delayMs = this.retryDelay(task.options.retryDelay, job.attempts, error);
+    this.batcher.fail(job.id, message, delayMs);
+    if (job.attempts >= job.maxAttempts) {
+      this.logger.error(`Job ${job.id} (${job.taskIdentifier}) failed for good after ${job.attempts} attempt(s): ${message}`);
+      this.emit({ type: 'job:failed', job, error, durationMs });
+    } else {
+      const retryAt = new Date(Date.now() + delayMs);
+      this.logger.warn(
+        `Job ${job.id} (${job.taskIdentifier}) failed attempt ${job.attempts}/${job.maxAttempts}, retrying at ${retryAt.toISOString()}: ${message}`,
+      );
+      this.emit({ type: 'job:error', job, error, retryAt, durationMs });
+    }
+    this.emit({ type: 'job:complete', job, error });
   }
 
   private retryDelay(custom: ((attempts: number, error: unknown) => number) | undefined, attempts: number, error: unknown): number {
