@@ -6,6 +6,7 @@ import { Task, type JobQueueErrorCode } from '../../libs/job-queue/src';
 import { createCronItem } from '../../libs/job-queue/src/cron/cron-item';
 import { createTestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { waitFor } from '../support/wait';
 
 @Injectable()
 class BadExpression {
@@ -89,15 +90,25 @@ describe('cron bad input stops the app with a JQ_* code naming the place', () =>
       @Task('disabled_cron')
       @Cron('* * * * * *', { disabled: true })
       async run() {}
+
+      /** Its ticks show that the scheduler ran: a disabled schedule would have ticked beside them. */
+      @Task('enabled_cron')
+      @Cron('* * * * * *')
+      async enabled() {}
     }
     const t = await createTestApp({ url: db.url, providers: [Disabled], jobQueue: { worker: false } });
-    await new Promise((resolve) => setTimeout(resolve, 1500));
-    await t.close();
     const sql = await connect(db.url);
-    const jobs = (await sql.query(`select count(*)::int as n from job_queue.jobs where task_identifier = 'disabled_cron'`)).rows[0].n;
-    const known = (await sql.query(`select count(*)::int as n from job_queue.known_crontabs where identifier = 'disabled_cron'`)).rows[0].n;
+    const count = async (query: string, identifier: string) => (await sql.query(query, [identifier])).rows[0].n as number;
+    const jobsOf = (task: string) => count(`select count(*)::int as n from job_queue.jobs where task_identifier = $1`, task);
+    const knownAs = (identifier: string) => count(`select count(*)::int as n from job_queue.known_crontabs where identifier = $1`, identifier);
+    try {
+      await waitFor('two ticks of the enabled schedule', async () => (await jobsOf('enabled_cron')) >= 2);
+    } finally {
+      await t.close();
+    }
+    const seen = { jobs: await jobsOf('disabled_cron'), known: await knownAs('disabled_cron') };
     await sql.end();
-    assert.deepEqual({ jobs, known }, { jobs: 0, known: 0 });
+    assert.deepEqual(seen, { jobs: 0, known: 0 });
   });
 
   it('computes ticks in the given zone', () => {

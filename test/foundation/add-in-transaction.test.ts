@@ -3,8 +3,9 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import { JobEntity } from '../../libs/job-queue/src';
-import { createTestApp, waitFor, type TestApp } from '../support/app';
+import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { NotificationRecorder } from '../support/notifications';
 
 @Entity({ name: 'users' })
 class User {
@@ -15,21 +16,18 @@ class User {
 describe('JobQueueService.add and addMany', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
   let t: TestApp;
-  let listener: Client;
+  let notifications: NotificationRecorder;
   let observer: Client;
-  const notifications: string[] = [];
 
   before(async () => {
     db = await createTestDatabase('add');
     t = await createTestApp({ url: db.url, entities: [User], jobQueue: { worker: false, externalTasks: '*' } });
-    listener = await connect(db.url);
-    listener.on('notification', (n) => notifications.push(n.channel));
-    await listener.query('listen "job_queue:jobs"');
+    notifications = await NotificationRecorder.listen(db.url, 'job_queue:jobs');
     observer = await connect(db.url);
   });
 
   after(async () => {
-    await listener.end();
+    await notifications.end();
     await observer.end();
     await t.close();
     await db.drop();
@@ -53,24 +51,22 @@ describe('JobQueueService.add and addMany', () => {
   });
 
   it('commits the job with the entity it is about, and notifies only at commit', async () => {
-    await waitFor(() => notifications.length > 0, 5000, 'earlier notification');
-    notifications.length = 0;
+    await notifications.barrier(); // the earlier test's notification is behind us
     let seenInside = -1;
-    let notifiedInside = -1;
+    let notifiedInside: string[] = [];
     const user = await t.dataSource.transaction(async (manager) => {
       const saved = await manager.save(User, { email: 'a@example.com' });
       await t.jobs.add('welcome', { userId: saved.id }, { manager });
       seenInside = await countJobs('welcome');
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      notifiedInside = notifications.length;
+      notifiedInside = await notifications.barrier();
       return saved;
     });
     assert.equal(seenInside, 0, 'the job is not visible before the commit');
-    assert.equal(notifiedInside, 0, 'no notification before the commit');
+    assert.deepEqual(notifiedInside, [], 'no notification before the commit');
     const rows = (await observer.query(`select payload from job_queue.jobs where task_identifier = 'welcome'`)).rows;
     assert.deepEqual(rows, [{ payload: { userId: user.id } }]);
     assert.equal((await observer.query('select count(*) from users')).rows[0].count, '1');
-    await waitFor(() => notifications.length === 1, 5000, 'notification after commit');
+    assert.deepEqual(await notifications.barrier(), [''], 'one notification, at the commit');
   });
 
   it('rolls the job back with the entity', async () => {
@@ -87,8 +83,7 @@ describe('JobQueueService.add and addMany', () => {
   });
 
   it('addMany adds every job in one statement, in order, with one notification', async () => {
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    notifications.length = 0;
+    await notifications.barrier();
     const jobs = await t.jobs.addMany([
       { identifier: 'bulk', payload: { n: 1 } },
       { identifier: 'bulk', payload: { n: 2 }, queueName: 'q1', priority: 5, flags: ['x'] },
@@ -101,9 +96,7 @@ describe('JobQueueService.add and addMany', () => {
     assert.equal(jobs[2].maxAttempts, 3);
     assert.equal(await countJobs('bulk'), 3);
     assert.equal((await observer.query(`select count(*) from job_queue.job_queues where queue_name = 'q1'`)).rows[0].count, '1');
-    await waitFor(() => notifications.length > 0, 5000, 'the notification');
-    await new Promise((resolve) => setTimeout(resolve, 200)); // a second one would have come by now
-    assert.equal(notifications.length, 1);
+    assert.deepEqual(await notifications.barrier(), [''], 'one notification for the three jobs');
   });
 
   it('addMany with job keys, inside a transaction that rolls back, leaves nothing', async () => {

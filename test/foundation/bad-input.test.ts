@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { Injectable } from '@nestjs/common';
-import { JobQueueModule, Task, type JobQueueErrorCode, type JobSpec } from '../../libs/job-queue/src';
+import { Task, type JobQueueErrorCode, type JobSpec } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 
@@ -130,6 +130,6 @@ describe('bad input is refused with a JQ_* code before anything is written', () 
       assert.match(error.message, /^JQ_INVALID_OPTIONS: externalTasks: task identifier must be/);
       return true;
     });
-    assert.ok(JobQueueModule);
+    assert.deepEqual(await jobs(), snapshot);
   });
 });

@@ -5,14 +5,32 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
 import { JobEntity, JobQueueModule, JobQueueService } from '../../libs/job-queue/src';
-import { createTestDatabase } from '../support/database';
+import { connect, createTestDatabase } from '../support/database';
 
 describe('which DataSource the module uses', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  /** Where the app's default DataSource points: a job must not land here when another one is chosen. */
+  let other: Awaited<ReturnType<typeof createTestDatabase>>;
   before(async () => {
     db = await createTestDatabase('datasource');
+    other = await createTestDatabase('datasource_other');
   });
-  after(async () => db.drop());
+  after(async () => {
+    await db.drop();
+    await other.drop();
+  });
+
+  /** Looks at a database from outside the app: its job ids, or null when it has no job tables. */
+  const jobIdsIn = async (url: string) => {
+    const sql = await connect(url);
+    try {
+      const { rows } = await sql.query(`select to_regclass('job_queue.jobs') is not null as present`);
+      if (!rows[0].present) return null;
+      return (await sql.query('select id::text from job_queue.jobs order by id')).rows.map((r) => r.id as string);
+    } finally {
+      await sql.end();
+    }
+  };
 
   const boot = async (module: Type) => {
     const app = await NestFactory.createApplicationContext(module, { logger: false, abortOnError: false });
@@ -20,27 +38,26 @@ describe('which DataSource the module uses', () => {
   };
 
   it('uses a DataSource given in the options, before any @nestjs/typeorm one', async () => {
-    const given = new DataSource({ type: 'postgres', url: db.url, applicationName: 'given' });
+    const given = new DataSource({ type: 'postgres', url: db.url });
     @Module({
       imports: [
-        TypeOrmModule.forRoot({ type: 'postgres', url: 'postgres://nobody@127.0.0.1:1/none', manualInitialization: true }),
+        TypeOrmModule.forRoot({ type: 'postgres', url: other.url }), // a working default, which must not be used
         JobQueueModule.forRoot({ dataSource: given, worker: false, externalTasks: '*' }),
       ],
     })
     class AppModule {}
     const { app, jobs } = await boot(AppModule);
     const job = await jobs.add('given');
-    const [row] = await given.query(`select application_name from pg_stat_activity where pid = pg_backend_pid()`);
-    assert.equal(row.application_name, 'given');
-    assert.equal((await given.query('select count(*) from job_queue.jobs where id = $1', [job.id]))[0].count, '1');
     await app.close();
     await given.destroy();
+    assert.deepEqual(await jobIdsIn(db.url), [job.id], 'the job is in the given database');
+    assert.equal(await jobIdsIn(other.url), null, 'the default DataSource got no tables and no job');
   });
 
   it('uses the named @nestjs/typeorm DataSource', async () => {
     @Module({
       imports: [
-        TypeOrmModule.forRoot({ type: 'postgres', url: 'postgres://nobody@127.0.0.1:1/none', manualInitialization: true }),
+        TypeOrmModule.forRoot({ type: 'postgres', url: other.url }),
         TypeOrmModule.forRoot({ name: 'jobsdb', type: 'postgres', url: db.url, entities: [JobEntity] }),
         JobQueueModule.forRootAsync({ useFactory: () => ({ dataSourceName: 'jobsdb', worker: false, externalTasks: '*' }) }),
       ],
@@ -50,6 +67,8 @@ describe('which DataSource the module uses', () => {
     const job = await jobs.add('named');
     assert.equal((await jobs.jobRepository<JobEntity>().findOneByOrFail({ id: job.id })).taskIdentifier, 'named');
     await app.close();
+    assert.ok((await jobIdsIn(db.url))?.includes(job.id), 'the job is in the named DataSource\'s database');
+    assert.equal(await jobIdsIn(other.url), null, 'the default DataSource got no tables and no job');
   });
 
   it('opens a connection of its own when the app has no TypeORM module, and closes it with the app', async () => {
@@ -60,6 +79,7 @@ describe('which DataSource the module uses', () => {
     assert.equal((await jobs.getJob(job.id))?.taskIdentifier, 'own');
     assert.equal(await jobs.jobRepository<JobEntity>().countBy({ taskIdentifier: 'own' }), 1);
     await app.close();
+    assert.ok((await jobIdsIn(db.url))?.includes(job.id), 'the job is in the database of the connection options');
   });
 
   it('says clearly when there is no DataSource at all', async () => {

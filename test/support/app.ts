@@ -48,12 +48,3 @@ export async function createTestApp(options: TestAppOptions): Promise<TestApp> {
     close: () => app.close(),
   };
 }
-
-/** Resolves when `predicate` holds, checking every 20 ms; rejects after `timeoutMs`. */
-export async function waitFor(predicate: () => boolean | Promise<boolean>, timeoutMs = 20_000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await predicate())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}

@@ -42,6 +42,8 @@ export async function createTestDatabase(label: string): Promise<{ url: string; 
 /** A plain pg client on a test database, for looking at rows directly. */
 export async function connect(url: string): Promise<Client> {
   const client = new Client({ connectionString: url });
+  // A server restart or a terminated backend must not crash the test run: the next query fails instead.
+  client.on('error', () => undefined);
   await client.connect();
   return client;
 }

@@ -34,7 +34,12 @@ async function main(): Promise<number> {
   }
   try {
     return await new Promise<number>((resolve) => {
-      const child = spawn(process.execPath, ['--test', '--test-reporter=spec', ...files], { env, stdio: 'inherit' });
+      // TEST_FAILURES_FILE (set by stress.ts): failed tests as JSON lines, beside the spec report
+      const failuresFile = env.TEST_FAILURES_FILE;
+      const reporters = failuresFile
+        ? ['--test-reporter=spec', '--test-reporter-destination=stdout', `--test-reporter=${join(__dirname, 'failures-reporter.js')}`, `--test-reporter-destination=${failuresFile}`]
+        : ['--test-reporter=spec'];
+      const child = spawn(process.execPath, ['--test', ...reporters, ...files], { env, stdio: 'inherit' });
       child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0)));
     });
   } finally {

@@ -1,13 +1,16 @@
 /**
- * A worker in a process of its own, for tests that kill or signal processes.
- * Tasks: `sleep` ({ ms }) and `record` (inserts the job id and the pid into `runs`).
+ * The test app of worker-processes.ts: a worker in a process of its own, for tests that
+ * kill or signal processes. It prints `ready <workerId>` once its worker has started.
+ * Tasks: `record` (inserts the job id and the pid into the test's `runs` table) and
+ * `sleep` ({ ms }; prints `started sleep <id>` and `finished sleep <id>`).
+ * Environment: DATABASE_URL, CONCURRENCY (default 4).
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { JobQueueModule, Task, type JobContext } from '../../libs/job-queue/src';
+import { JobQueueModule, JobQueueWorker, Task, type JobContext } from '../../libs/job-queue/src';
 
 @Injectable()
 class ProcessTasks {
@@ -29,7 +32,7 @@ class ProcessTasks {
 
 @Module({
   imports: [
-    TypeOrmModule.forRoot({ type: 'postgres', url: process.env.DATABASE_URL }),
+    TypeOrmModule.forRoot({ type: 'postgres', url: process.env.DATABASE_URL, retryAttempts: 0 }),
     JobQueueModule.forRoot({ concurrency: Number(process.env.CONCURRENCY ?? 4), pollInterval: 200 }),
   ],
   providers: [ProcessTasks],
@@ -39,5 +42,9 @@ class WorkerProcessModule {}
 async function main() {
   const app = await NestFactory.createApplicationContext(WorkerProcessModule, { logger: ['error', 'warn'] });
   app.enableShutdownHooks();
+  console.log(`ready ${app.get(JobQueueWorker).workerId}`);
 }
-void main();
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});

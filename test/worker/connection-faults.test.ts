@@ -3,8 +3,10 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
-import { createTestApp, waitFor, type TestApp } from '../support/app';
+import { createTestApp, type TestApp } from '../support/app';
+import { listenerPids, terminateConnections } from '../support/connections';
 import { connect, createTestDatabase } from '../support/database';
+import { waitFor, waitForNoJobs } from '../support/wait';
 
 const runs = new Map<string, number>();
 
@@ -36,27 +38,25 @@ describe('connection faults', () => {
     await db.drop();
   });
 
-  const listenPids = async () =>
-    (await sql.query(`select pid from pg_stat_activity where datname = current_database() and query ilike 'listen %' and pid <> pg_backend_pid()`)).rows.map((r) => r.pid);
-
   it('a killed LISTEN connection is re-established and notifications wake the worker again', async () => {
-    await waitFor(async () => (await listenPids()).length === 1, 10_000, 'the LISTEN connection');
-    const [before] = await listenPids();
-    await sql.query('select pg_terminate_backend($1)', [before]);
-    await waitFor(() => events.some((e) => e.type === 'worker:error' && e.during === 'listen'), 10_000, 'the worker to notice');
-    await waitFor(async () => (await listenPids()).some((pid) => pid !== before), 10_000, 'a new LISTEN connection');
+    await waitFor('the LISTEN connection', async () => (await listenerPids(sql)).length === 1);
+    const [before] = await listenerPids(sql);
+    assert.equal(await terminateConnections(sql, 'pid = $1', [before]), 1);
+    await waitFor('the worker to notice', () => events.some((e) => e.type === 'worker:error' && e.during === 'listen'));
+    await waitFor('a new LISTEN connection', async () => (await listenerPids(sql)).some((pid) => pid !== before));
     const job = await t.jobs.add('work');
-    await waitFor(() => runs.get(job.id) === 1, 10_000, 'the job to run after a notification');
+    await waitFor('the job to run after a notification', () => runs.get(job.id) === 1);
   });
 
   it('claims and releases survive their connections being killed: no job lost or run twice', async () => {
     const jobs = await t.jobs.addMany(Array.from({ length: 600 }, () => ({ identifier: 'work' })));
-    // kill every connection of the app's pool a few times while it drains
-    for (let round = 0; round < 5; round++) {
-      await new Promise((resolve) => setTimeout(resolve, 40));
-      await sql.query(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`);
+    // kill every connection of the app's pool five times while it drains, a hundred jobs apart
+    const ranBefore = runs.size;
+    for (const ran of [1, 100, 200, 300, 400]) {
+      await waitFor(`${ran} jobs to run`, () => runs.size - ranBefore >= ran);
+      await terminateConnections(sql);
     }
-    await waitFor(async () => (await sql.query('select count(*)::int as n from job_queue.jobs')).rows[0].n === 0, 60_000, 'the queue to drain');
+    await waitForNoJobs(sql);
     for (const job of jobs) assert.equal(runs.get(job.id), 1, `job ${job.id} ran once`);
   });
 });

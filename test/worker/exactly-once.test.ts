@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { Task, type JobContext } from '../../libs/job-queue/src';
-import { createTestApp, waitFor, type TestApp } from '../support/app';
+import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { waitForNoJobs } from '../support/wait';
 
 const runs = new Map<string, number>();
 const byWorker = new Map<string, number>();
@@ -43,7 +44,7 @@ describe('several workers on one database', () => {
     assert.equal(new Set(jobs.map((j) => j.id)).size, total);
 
     const sql = await connect(db.url);
-    await waitFor(async () => (await sql.query('select count(*)::int as n from job_queue.jobs')).rows[0].n === 0, 60_000, 'the queue to drain');
+    await waitForNoJobs(sql);
     await sql.end();
     assert.equal(runs.size, total);
     assert.deepEqual([...new Set(runs.values())], [1], 'no job ran twice');

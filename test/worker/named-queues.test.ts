@@ -3,13 +3,16 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
-import { createTestApp, waitFor } from '../support/app';
+import { createTestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { waitForNoJobs } from '../support/wait';
 
 const active = new Map<string, number>();
 const maxActive = new Map<string, number>();
 const order = new Map<string, number[]>();
 let unqueuedRuns = 0;
+/** Jobs whose ctx.job.queueName was not the queue they were added to: asserted after the run, not in the handler. */
+const wrongQueue: string[] = [];
 
 @Injectable()
 class QueueTasks {
@@ -19,7 +22,7 @@ class QueueTasks {
     active.set(payload.queue, now);
     maxActive.set(payload.queue, Math.max(now, maxActive.get(payload.queue) ?? 0));
     (order.get(payload.queue) ?? order.set(payload.queue, []).get(payload.queue)!).push(payload.seq);
-    assert.equal(ctx.job.queueName, payload.queue);
+    if (ctx.job.queueName !== payload.queue) wrongQueue.push(`job ${ctx.job.id}: ${ctx.job.queueName} instead of ${payload.queue}`);
     await new Promise((resolve) => setTimeout(resolve, Math.random() * 4));
     active.set(payload.queue, active.get(payload.queue)! - 1);
   }
@@ -78,7 +81,7 @@ describe('named queues', () => {
       await apps[0].jobs.addMany(specs);
       await Promise.all(apps.map((t) => t.worker.start()));
       const sql = await connect(db.url);
-      await waitFor(async () => (await sql.query('select count(*)::int as n from job_queue.jobs')).rows[0].n === 0, 60_000, 'the queues to drain');
+      await waitForNoJobs(sql);
       const lockedQueues = (await sql.query('select count(*)::int as n from job_queue.job_queues where locked_at is not null')).rows[0].n;
       await sql.end();
       for (const queue of queues) {
@@ -86,6 +89,7 @@ describe('named queues', () => {
         assert.deepEqual(order.get(queue), Array.from({ length: perQueue }, (_, i) => i), `queue ${queue} kept its order`);
       }
       assert.equal(unqueuedRuns, perQueue);
+      assert.deepEqual(wrongQueue, [], 'every handler saw its job in its own queue');
       assert.equal(lockedQueues, 0);
     } finally {
       await Promise.all(apps.map((t) => t.close()));

@@ -3,8 +3,10 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
-import { createTestApp, waitFor } from '../support/app';
+import { createTestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { waitFor, waitForValue } from '../support/wait';
+import { startWorkerProcesses, stopWorkerProcesses } from '../support/worker-processes';
 
 const started = new Set<string>();
 const finished = new Set<string>();
@@ -47,6 +49,10 @@ class LateFinisher {
     await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
     throw new Error('aborted');
   }
+
+  /** Added after the late finisher: once it is completed, an earlier release would have been written. */
+  @Task('marker')
+  async marker() {}
 }
 
 describe('graceful shutdown', () => {
@@ -58,6 +64,7 @@ describe('graceful shutdown', () => {
     sql = await connect(db.url);
   });
   after(async () => {
+    await stopWorkerProcesses();
     await sql.end();
     await db.drop();
   });
@@ -73,7 +80,7 @@ describe('graceful shutdown', () => {
       { identifier: 'stubborn', maxAttempts: 1 },
     ]);
     const [short, politeHead, politeNext, stubborn] = jobs;
-    await waitFor(() => started.has(short.id) && started.has(politeHead.id) && started.has(stubborn.id), 10_000, 'jobs to start');
+    await waitFor('jobs to start', () => started.has(short.id) && started.has(politeHead.id) && started.has(stubborn.id));
     const workerId = t.worker.workerId;
     await t.close();
 
@@ -96,7 +103,7 @@ describe('graceful shutdown', () => {
     started.clear();
     const claimed = next.worker.events$.subscribe(() => {});
     void next.worker.runUntilIdle();
-    await waitFor(() => started.has(politeHead.id) && started.has(stubborn.id), 10_000, 'given-back jobs to run again');
+    await waitFor('given-back jobs to run again', () => started.has(politeHead.id) && started.has(stubborn.id));
     claimed.unsubscribe();
     await next.close(); // worker: false, but runUntilIdle() holds jobs: they are given back too
     assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs where locked_at is not null')).rows[0].n, 0);
@@ -107,12 +114,14 @@ describe('graceful shutdown', () => {
     const t = await createTestApp({ url: db.url, providers: [LateFinisher], jobQueue: { shutdownGracePeriod: 100 } });
     try {
       const job = await t.jobs.add('late_finisher');
-      await waitFor(() => releaseFirstRun !== undefined, 10_000, 'the first run');
+      await waitFor('the first run', () => releaseFirstRun !== undefined);
       await t.worker.stop(); // gives the job back; the first run is still going
       await t.worker.start(); // same worker id: claims the job again
-      await waitFor(() => runs === 2, 10_000, 'the second run');
+      await waitFor('the second run', () => runs === 2);
       releaseFirstRun!(); // the stale run succeeds now
-      await new Promise((resolve) => setTimeout(resolve, 200)); // a release would have been written by now
+      // releases are written in order: once a job added after it is completed, the stale run's would be too
+      const marker = await t.jobs.add('marker');
+      await waitForValue(sql, 'the marker job to complete', 'select count(*)::int from job_queue.jobs where id = $1', 0, [marker.id]);
       const rows = (await sql.query('select attempts, locked_by from job_queue.jobs where id = $1', [job.id])).rows;
       assert.deepEqual(rows, [{ attempts: 1, locked_by: t.worker.workerId }], 'still held by the second run, not completed by the first');
     } finally {
@@ -122,21 +131,13 @@ describe('graceful shutdown', () => {
   });
 
   it('SIGTERM drains a worker process started with enableShutdownHooks', async () => {
-    const { spawn } = await import('node:child_process');
-    const { join } = await import('node:path');
     await sql.query(`select job_queue.add_job('sleep', '{"ms": 300}')`);
-    const child = spawn(process.execPath, [join(__dirname, '..', 'support', 'worker-process.js')], {
-      env: { ...process.env, DATABASE_URL: db.url },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let output = '';
-    child.stdout.on('data', (chunk) => (output += chunk));
-    await waitFor(() => output.includes('started sleep'), 20_000, 'the child to start the job');
-    child.kill('SIGTERM');
-    const exit = await new Promise<string>((resolve) => child.on('exit', (code, signal) => resolve(signal ?? String(code))));
+    const [worker] = await startWorkerProcesses(1, { url: db.url });
+    await worker.waitForOutput('that it started the job', /started sleep/);
+    const exit = await worker.terminate();
     // Nest closes the app, then re-raises the signal so the process ends as a SIGTERM would
-    assert.equal(exit, 'SIGTERM');
-    assert.match(output, /finished sleep/);
+    assert.deepEqual(exit, { code: null, signal: 'SIGTERM' });
+    assert.match(worker.output, /finished sleep/);
     assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs')).rows[0].n, 0);
   });
 });

@@ -1,0 +1,19 @@
+/**
+ * A node:test reporter that writes one JSON line per failed test (file, name, error), for
+ * the stress script to count failures per file. run-tests.ts adds it beside the spec
+ * reporter when TEST_FAILURES_FILE is set.
+ */
+interface TestEvent {
+  type: string;
+  data: { name: string; nesting: number; file?: string; details?: { type?: string; error?: unknown } };
+}
+
+export default async function* failuresReporter(source: AsyncIterable<TestEvent>): AsyncGenerator<string> {
+  for await (const event of source) {
+    if (event.type !== 'test:fail' || event.data.details?.type === 'suite') continue;
+    const { name, file, details } = event.data;
+    const error = details?.error as { cause?: unknown; message?: string } | undefined;
+    const cause = error?.cause instanceof Error ? error.cause.message : error?.message;
+    yield `${JSON.stringify({ file, name, error: String(cause ?? error).split('\n').slice(0, 3).join(' ') })}\n`;
+  }
+}
