@@ -1,10 +1,12 @@
 /**
- * The benchmark's parameters: JOBS, CONCURRENCY and LATENCY_SAMPLES, from the command line
- * (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`) or else from the environment.
+ * The benchmark's parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES and ROUNDS, from the command
+ * line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`) or else from the environment.
  */
 export interface BenchConfig {
   /** Jobs per bulk add and per drain. */
   jobs: number;
+  /** How many times every line is measured, the systems taking turns; the report gives the median. */
+  rounds: number;
   /** Jobs run at once by each worker. */
   concurrency: number;
   /** add() → handler start measurements per worker mode. */
@@ -19,21 +21,27 @@ export interface BenchConfig {
   poolSize: number;
   /** graphile-worker's batched mode: how many jobs its local queue fetches and locks at once. */
   localQueueSize: number;
+  /** The SQL-limit line: plain node-pg clients looping claim + complete at once. */
+  sqlClients: number;
+  /** The SQL-limit line: jobs per claim. */
+  sqlBatchSize: number;
 }
 
 /** Bad parameters: reported without a stack trace. */
 export class UsageError extends Error {}
 
-const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES'] as const;
+const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS'] as const;
 type Parameter = (typeof PARAMETERS)[number];
 
 export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchConfig {
   const args = parseArgs(argv);
   const read = (name: Parameter, fallback: number) => positiveInteger(name, args[name] ?? env[name], fallback);
+  // The defaults take about a minute per round on a 2-CPU VM with fsync on: three minutes or so in all.
   const jobs = read('JOBS', 20_000);
   const concurrency = read('CONCURRENCY', 10);
   return {
     jobs,
+    rounds: read('ROUNDS', 3),
     concurrency,
     // p99 of 1,000 samples is the 10th worst: steadier than the 3rd worst of 300.
     latencySamples: read('LATENCY_SAMPLES', 1000),
@@ -44,6 +52,10 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     // graphile's docs suggest concurrency + 1 as a start and much more for very fast tasks;
     // do-nothing tasks are as fast as it gets, and its drain keeps improving up to about this.
     localQueueSize: concurrency * 20,
+    // Our worker has a claim and a release in flight at once: two connections busy, as here.
+    sqlClients: 2,
+    // The most our worker holds claimed beyond its running jobs (MAX_FACTOR × concurrency in prefetch.ts).
+    sqlBatchSize: concurrency * 20,
   };
 }
 

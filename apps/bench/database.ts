@@ -4,14 +4,24 @@ import { join } from 'node:path';
 import { Client } from 'pg';
 import { startEmbeddedPostgres } from '../embedded-postgres';
 
-/** The one PostgreSQL server both job queues run on; each gets a database of its own. */
+/** The one PostgreSQL server every system runs on; each gets a database of its own. */
 export interface PostgresServer {
   url: string;
   description: string;
   stop(): Promise<void>;
 }
 
-/** DATABASE_URL when set, else an embedded server in a temporary directory removed at stop. */
+/** What the report says about the server, read from the server itself. */
+export interface ServerSettings {
+  version: string;
+  fsync: string;
+  synchronousCommit: string;
+}
+
+/**
+ * DATABASE_URL when set, else an embedded server started durable (fsync and synchronous_commit
+ * on, as in production), in a temporary directory removed at stop.
+ */
 export async function openPostgresServer(): Promise<PostgresServer> {
   const url = process.env.DATABASE_URL;
   if (url) return { url, description: `DATABASE_URL (${hidePassword(url)})`, stop: async () => undefined };
@@ -19,10 +29,10 @@ export async function openPostgresServer(): Promise<PostgresServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'nestjs-job-queue-bench-'));
   const removeDataDir = () => rmSync(dataDir, { recursive: true, force: true });
   try {
-    const server = await startEmbeddedPostgres({ dataDir, persistent: false });
+    const server = await startEmbeddedPostgres({ dataDir, persistent: false, durable: true });
     return {
       url: server.url,
-      description: 'embedded PostgreSQL (fsync=off, synchronous_commit=off)',
+      description: `embedded PostgreSQL started with fsync on (data in ${dataDir})`,
       stop: async () => {
         await server.stop();
         removeDataDir();
@@ -47,8 +57,11 @@ export async function dropDatabase(serverUrl: string, name: string): Promise<voi
   await withClient(serverUrl, (client) => client.query(`drop database if exists "${name}" with (force)`));
 }
 
-export async function postgresVersion(url: string): Promise<string> {
-  return withClient(url, async (client) => (await client.query<{ version: string }>('select version()')).rows[0].version);
+export async function readServerSettings(url: string): Promise<ServerSettings> {
+  return withClient(url, async (client) => {
+    const value = async (sql: string) => String(Object.values((await client.query(sql)).rows[0])[0]);
+    return { version: await value('select version()'), fsync: await value('show fsync'), synchronousCommit: await value('show synchronous_commit') };
+  });
 }
 
 async function withClient<T>(url: string, use: (client: Client) => Promise<T>): Promise<T> {

@@ -1,19 +1,22 @@
 /**
- * `npm run bench`: this library's worker against graphile-worker, on the same PostgreSQL in
- * the same run (DATABASE_URL, or an embedded server), each on a fresh database of its own.
- * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES (env, or `npm run bench -- JOBS=2000`).
+ * `npm run bench`: this library's worker against graphile-worker and against its own SQL run
+ * by plain node-pg clients, on the same PostgreSQL with fsync on (DATABASE_URL, or an embedded
+ * server started durable), each on a fresh database of its own, for ROUNDS rounds in turn.
+ * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS (env, or `npm run bench -- JOBS=2000`).
  * Progress goes to stderr, the report to stdout.
  */
 import 'reflect-metadata';
 import { readBenchConfig, UsageError, type BenchConfig } from './config';
-import { dropDatabase, openPostgresServer, postgresVersion, recreateDatabase, type PostgresServer } from './database';
-import { printReport } from './report';
-import { runSuite, type QueueUnderTest, type SuiteResult, type WorkerMode } from './suite';
+import { dropDatabase, openPostgresServer, readServerSettings, recreateDatabase, type PostgresServer, type ServerSettings } from './database';
+import { printReport, type RoundResult } from './report';
+import { runSqlLimit } from './sql-limit';
+import { runSuite, type Progress, type QueueUnderTest, type SuiteResult, type WorkerMode } from './suite';
 import { graphileWorkerVersion, openGraphileWorker } from './system-graphile-worker';
 import { openNestJobQueue } from './system-nestjs-job-queue';
 
 const OUR_DATABASE = 'bench_jq';
 const THEIR_DATABASE = 'bench_gw';
+const SQL_DATABASE = 'bench_sql';
 
 const progress = (message: string) => console.error(`[bench] ${message}`);
 
@@ -21,15 +24,34 @@ async function main(): Promise<void> {
   const config = readBenchConfig(process.argv.slice(2), process.env);
   const server = await openPostgresServer();
   try {
-    const postgres = await postgresVersion(server.url);
-    // Ours first: it pays for warming up the shared pg driver, not graphile-worker.
-    const ours = await benchOn(server, OUR_DATABASE, ['default'], config, openNestJobQueue);
-    const theirs = await benchOn(server, THEIR_DATABASE, ['default', 'batched'], config, openGraphileWorker);
-    printReport(config, { database: server.description, postgres, graphileWorkerVersion: graphileWorkerVersion() }, ours, theirs);
+    const settings = await readServerSettings(server.url);
+    checkDurable(server, settings);
+    progress(`${server.description}: fsync=${settings.fsync}, synchronous_commit=${settings.synchronousCommit}`);
+    const rounds: RoundResult[] = [];
+    for (let round = 1; round <= config.rounds; round++) {
+      const started = performance.now();
+      const step: Progress = (message) => progress(`round ${round}/${config.rounds}: ${message}`);
+      // Ours first in each round: in the first it pays for warming up the shared pg driver.
+      const ours = await benchOn(server, OUR_DATABASE, ['default'], config, openNestJobQueue, step);
+      const theirs = await benchOn(server, THEIR_DATABASE, ['default', 'batched'], config, openGraphileWorker, step);
+      const sqlLimit = await runSqlLimit(await recreateDatabase(server.url, SQL_DATABASE), config, step);
+      rounds.push({ ours, theirs, sqlLimit });
+      progress(`round ${round}/${config.rounds} took ${((performance.now() - started) / 1000).toFixed(0)} s`);
+    }
+    printReport(config, { server: server.description, settings, graphileWorkerVersion: graphileWorkerVersion() }, rounds);
   } finally {
-    await dropDatabase(server.url, OUR_DATABASE).catch(() => undefined);
-    await dropDatabase(server.url, THEIR_DATABASE).catch(() => undefined);
+    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
     await server.stop();
+  }
+}
+
+/** Numbers from a server that does not flush its commits to disk are not what production sees: refused. */
+function checkDurable(server: PostgresServer, settings: ServerSettings): void {
+  if (settings.fsync !== 'on') {
+    throw new UsageError(`fsync is ${settings.fsync} on ${server.description}: the benchmark needs fsync on (set DATABASE_URL to such a server, or unset it)`);
+  }
+  if (settings.synchronousCommit === 'off') {
+    progress('WARNING: synchronous_commit is off on this server: commits do not wait for the disk, so adds will look faster than in production');
   }
 }
 
@@ -40,10 +62,11 @@ async function benchOn(
   modes: WorkerMode[],
   config: BenchConfig,
   open: (url: string, config: BenchConfig) => Promise<QueueUnderTest>,
+  step: Progress,
 ): Promise<SuiteResult> {
   const queue = await open(await recreateDatabase(server.url, database), config);
   try {
-    return await runSuite(queue, modes, config, progress);
+    return await runSuite(queue, modes, config, step);
   } finally {
     await queue.close();
   }

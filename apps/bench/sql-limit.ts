@@ -1,0 +1,96 @@
+import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { JobQueueMigrations, runJobQueueMigrations } from '../../libs/job-queue/src';
+import { createQueries } from '../../libs/job-queue/src/sql/queries';
+import type { BenchConfig } from './config';
+import type { Progress } from './suite';
+
+const SCHEMA = 'job_queue';
+const TASK = 'bench_noop';
+/** The library's own statement texts, run here on plain node-pg clients. */
+const sql = createQueries(SCHEMA);
+
+/** What our add() and our drain should approach: the same statements with no library around them. */
+export interface SqlLimitResult {
+  /** add_job() one round trip at a time (the statement add() runs). */
+  addOnePerSecond: number;
+  /** `sqlClients` loops of claim a batch (claimJobs) then complete it (releaseJobs, which deletes). */
+  drainPerSecond: number;
+}
+
+/**
+ * On a fresh database with our schema (made by the library's migrations; setup only), with
+ * no Nest, no TypeORM and no worker on the measured path: plain node-pg clients running the
+ * library's statements as named prepared statements, as the library does.
+ */
+export async function runSqlLimit(url: string, config: BenchConfig, progress: Progress): Promise<SqlLimitResult> {
+  await createSchema(url);
+  const clients: Client[] = [];
+  try {
+    for (let i = 0; i < config.sqlClients; i++) {
+      clients.push(new Client({ connectionString: url }));
+      await clients[i].connect();
+    }
+    progress(`plain SQL: add_job() one round trip at a time, ${config.addOneJobs} jobs`);
+    const addOnePerSecond = await measureRawAdd(clients[0], config.addOneJobs);
+    await clients[0].query(`delete from ${SCHEMA}.jobs`);
+
+    await clients[0].query(
+      `insert into ${SCHEMA}.jobs (task_identifier, payload) select $1, jsonb_build_object('index', i) from generate_series(0, $2 - 1) i`,
+      [TASK, config.jobs],
+    );
+    progress(`plain SQL: claim + complete loops on ${config.sqlClients} clients, ${config.jobs} jobs in batches of ${config.sqlBatchSize}`);
+    const drainPerSecond = await measureClaimCompleteLoops(clients, config);
+    return { addOnePerSecond, drainPerSecond };
+  } finally {
+    await Promise.all(clients.map((client) => client.end().catch(() => undefined)));
+  }
+}
+
+/** Awaited add_job() calls with the same statement and arguments as add(): jobs/s. */
+async function measureRawAdd(client: Client, count: number): Promise<number> {
+  const started = performance.now();
+  for (let i = 0; i < count; i++) {
+    const values = [TASK, JSON.stringify({ index: i }), null, null, null, null, null, null, 'replace'];
+    await client.query({ name: 'bench_add_job', text: sql.addJob, values });
+  }
+  return (count * 1000) / (performance.now() - started);
+}
+
+/**
+ * From the first claim until every job is deleted, each client looping on its own: claim up
+ * to `sqlBatchSize` jobs (FOR UPDATE SKIP LOCKED), then complete them with the release
+ * batcher's statement. A client stops when its claim finds nothing left: jobs/s. (Our drain
+ * stops its clock when the last handler starts, before the last release is written: if
+ * anything, the comparison flatters us by one flush.)
+ */
+async function measureClaimCompleteLoops(clients: Client[], config: BenchConfig): Promise<number> {
+  const started = performance.now();
+  const counts = await Promise.all(clients.map((client, i) => claimCompleteLoop(client, `bench-sql-${i}`, config.sqlBatchSize)));
+  const ms = performance.now() - started;
+  const total = counts.reduce((a, b) => a + b, 0);
+  if (total !== config.jobs) throw new Error(`plain SQL: completed ${total} jobs, expected ${config.jobs}`);
+  return (total * 1000) / ms;
+}
+
+async function claimCompleteLoop(client: Client, workerId: string, batchSize: number): Promise<number> {
+  let done = 0;
+  for (;;) {
+    const claimed = await client.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId] });
+    if (claimed.rows.length === 0) return done;
+    const ids = claimed.rows.map((row) => row.id);
+    const released = await client.query<{ released: number }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, [], [], []] });
+    if (released.rows[0].released !== ids.length) throw new Error(`plain SQL: released ${released.rows[0].released} of ${ids.length} claimed jobs`);
+    done += ids.length;
+  }
+}
+
+async function createSchema(url: string): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url });
+  await dataSource.initialize();
+  try {
+    await runJobQueueMigrations(dataSource, SCHEMA, JobQueueMigrations);
+  } finally {
+    await dataSource.destroy();
+  }
+}
