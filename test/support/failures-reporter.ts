@@ -8,7 +8,7 @@ interface TestEvent {
   data: { name: string; nesting: number; file?: string; details?: { type?: string; error?: unknown } };
 }
 
-export default async function* failuresReporter(source: AsyncIterable<TestEvent>): AsyncGenerator<string> {
+async function* failuresReporter(source: AsyncIterable<TestEvent>): AsyncGenerator<string> {
   for await (const event of source) {
     if (event.type !== 'test:fail' || event.data.details?.type === 'suite') continue;
     const { name, file, details } = event.data;
@@ -17,3 +17,6 @@ export default async function* failuresReporter(source: AsyncIterable<TestEvent>
     yield `${JSON.stringify({ file, name, error: String(cause ?? error).split('\n').slice(0, 3).join(' ') })}\n`;
   }
 }
+
+// node:test loads a reporter's module.exports itself (this file compiles to CommonJS).
+export = failuresReporter;
