@@ -20,7 +20,11 @@ async function main() {
     // In a detached process: Ctrl-C stops the app (draining its worker) before the database.
     const pg = await startDetachedEmbeddedPostgres(dataDir);
     process.env.DATABASE_URL = pg.url;
-    logger.log(`Embedded PostgreSQL running from ${dataDir}`);
+    if (pg.dataDir !== dataDir) {
+      // As root, PostgreSQL runs as the postgres user, which may not enter this project's folder.
+      logger.warn(`The postgres user cannot reach ${dataDir}: the data is kept in ${pg.dataDir} instead`);
+    }
+    logger.log(`Embedded PostgreSQL running from ${pg.dataDir}`);
   }
 
   const app = await NestFactory.create(AppModule);
@@ -49,4 +53,7 @@ async function main() {
   }
 }
 
-void main();
+main().catch((error: unknown) => {
+  new Logger('Sample').error(error instanceof Error ? error.message : String(error), error instanceof Error ? error.stack : undefined);
+  process.exit(1);
+});
