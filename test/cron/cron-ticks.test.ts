@@ -135,12 +135,22 @@ describe('cron: one job per tick across replicas', () => {
         @Cron(expression, { name: 'zoned_offset', utcOffset: 345 })
         async offset() {}
       }
-      const t = await createTestApp({ url: db.url, providers: [ZonedTasks], jobQueue: { worker: false } });
+      const events: JobQueueEvent[] = [];
+      const t = await createTestApp({ url: db.url, providers: [ZonedTasks, eventRecorder(events)], jobQueue: { worker: false } });
       if (Date.now() > target.getTime() - 200 && attempt < 5) {
         await t.close();
         continue;
       }
-      await waitFor('the zoned ticks', async () => (await tickTimes('zoned')).length > 0 && (await tickTimes('offset')).length > 0);
+      let seen = '';
+      await waitFor(
+        () => `the zoned ticks at ${target.toISOString()} (attempt ${attempt}; last saw ${seen})`,
+        async () => {
+          const [zoned, offset] = [await tickTimes('zoned'), await tickTimes('offset')];
+          const known = (await sql.query(`select identifier, known_since, last_execution from job_queue.known_crontabs where identifier like 'zoned%'`)).rows;
+          seen = JSON.stringify({ zoned, offset, known, now: new Date(), events });
+          return zoned.length > 0 && offset.length > 0;
+        },
+      );
       await t.close(); // stops the scheduler: whatever it added is in the table now
 
       assert.deepEqual((await tickTimes('zoned')).map((r) => r.ts), [target.toISOString()]);

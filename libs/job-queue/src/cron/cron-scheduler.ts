@@ -139,6 +139,10 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
    */
   private async backfill(item: CronItem, until: Date): Promise<void> {
     const client = await this.db.pool.connect();
+    // A connection lost between two statements emits 'error' on the checked-out client, which
+    // would crash the app without a listener; the next statement fails instead, and is retried.
+    const ignore = () => undefined;
+    client.on('error', ignore);
     try {
       await client.query('begin');
       const { rows } = await client.query<{ known_since: Date; last_execution: Date | null }>(this.db.sql.lockCrontab, [item.identifier]);
@@ -151,6 +155,7 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
       await client.query('rollback').catch(() => undefined);
       throw error;
     } finally {
+      client.off('error', ignore);
       client.release();
     }
   }

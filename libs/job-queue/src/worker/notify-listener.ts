@@ -82,6 +82,9 @@ export class NotifyListener {
     this.client = undefined;
     if (!client) return;
     client.removeAllListeners('notification');
+    // From here on only this method releases the client: an error now must not release it twice.
+    client.removeAllListeners('error');
+    client.on('error', () => {});
     try {
       await client.query('unlisten *');
       client.release();
