@@ -45,6 +45,8 @@ export interface EmbeddedPostgresOptions {
   persistent: boolean;
   /** fsync and synchronous_commit on, as in production (the benchmark); off by default, for speed in tests. */
   durable?: boolean;
+  /** A fixed port (default: a free one), so a server stopped and started again on its data folder keeps its address. */
+  port?: number;
   log?: (line: string) => void;
   /**
    * As root, when the postgres user cannot reach dataDir: keep the data in a folder it can
@@ -62,7 +64,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   const ids = postgresUserIds();
   const binaries = usableBinaries(ids);
   const dataDir = prepareDataDir(options.dataDir, ids, options.relocateUnreachableDataDir ?? false);
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const server = new Server(
     {
       databaseDir: dataDir,

@@ -142,16 +142,18 @@ describe('cron: one job per tick across replicas', () => {
         continue;
       }
       let seen = '';
-      await waitFor(
-        () => `the zoned ticks at ${target.toISOString()} (attempt ${attempt}; last saw ${seen})`,
-        async () => {
-          const [zoned, offset] = [await tickTimes('zoned'), await tickTimes('offset')];
-          const known = (await sql.query(`select identifier, known_since, last_execution from job_queue.known_crontabs where identifier like 'zoned%'`)).rows;
-          seen = JSON.stringify({ zoned, offset, known, now: new Date(), events });
-          return zoned.length > 0 && offset.length > 0;
-        },
-      );
-      await t.close(); // stops the scheduler: whatever it added is in the table now
+      try {
+        await waitFor(
+          () => `the zoned ticks at ${target.toISOString()} (attempt ${attempt}; last saw ${seen})`,
+          async () => {
+            const [zoned, offset] = [await tickTimes('zoned'), await tickTimes('offset')];
+            seen = JSON.stringify({ zoned, offset, now: new Date(), events });
+            return zoned.length > 0 && offset.length > 0;
+          },
+        );
+      } finally {
+        await t.close(); // stops the scheduler: whatever it added is in the table now
+      }
 
       assert.deepEqual((await tickTimes('zoned')).map((r) => r.ts), [target.toISOString()]);
       assert.deepEqual((await tickTimes('offset')).map((r) => r.ts), [target.toISOString()]);

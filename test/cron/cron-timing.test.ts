@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createCronItem, LATE_TICK_GRACE_MS, ticksDue } from '../../libs/job-queue/src/cron/cron-item';
+import { createCronItem, LATE_TICK_GRACE_MS, nextWakeAt, ticksDue } from '../../libs/job-queue/src/cron/cron-item';
 
 const at = (iso: string) => new Date(`2026-03-01T${iso}Z`);
 const iso = (dates: Date[]) => dates.map((d) => d.toISOString().slice(11, 19));
@@ -48,5 +48,23 @@ describe('cron timing is read from the clock', () => {
     assert.deepEqual(due.onTime.map((d) => d.toISOString()), ['2026-03-01T03:00:00.000Z']);
     const weekLate = ticksDue(daily, new Date('2026-03-01T02:59:59Z'), new Date('2026-03-08T15:00:00Z'));
     assert.deepEqual(weekLate.onTime.map((d) => d.toISOString()), ['2026-03-08T03:00:00.000Z']);
+  });
+
+  it('a timer that fires a millisecond before a daily tick wakes again for it, not a day later', () => {
+    // seen in a stress run: the wake-up at 22.999 found nothing due, and the next wake-up,
+    // counted from the clock read a millisecond later, skipped the 23.000 tick for a day
+    const daily = createCronItem({ identifier: 'd', task: 'd', expression: '23 29 3 * * *', timeZone: 'UTC', source: 'test' });
+    const cursors = new Map([['d', at('03:29:20.140')]]);
+    const early = at('03:29:22.999');
+    assert.deepEqual(ticksDue(daily, cursors.get('d')!, early), { onTime: [], missed: [] });
+    assert.equal(nextWakeAt([daily], cursors, early).toISOString(), '2026-03-01T03:29:23.000Z');
+    assert.deepEqual(iso(ticksDue(daily, cursors.get('d')!, at('03:29:23.000')).onTime), ['03:29:23']);
+  });
+
+  it('the next wake-up is the earliest next tick of any schedule, after its cursor', () => {
+    const daily = createCronItem({ identifier: 'd', task: 'd', expression: '0 3 * * *', timeZone: 'UTC', source: 'test' });
+    const cursors = new Map([['s', at('10:00:05')], ['d', at('10:00:00')]]);
+    assert.equal(nextWakeAt([daily, everySecond], cursors, at('10:00:00.500')).toISOString(), '2026-03-01T10:00:06.000Z');
+    assert.equal(nextWakeAt([daily], cursors, at('10:00:00.500')).toISOString(), '2026-03-02T03:00:00.000Z');
   });
 });

@@ -141,3 +141,14 @@ export function ticksDue(item: CronItem, cursor: Date, now: Date): { onTime: Dat
   const missed = fillFrom < latest ? ticksBetween(item, fillFrom, new Date(latest.getTime() - 1)) : [];
   return { onTime: [latest], missed };
 }
+
+/**
+ * When a wake-up at `now` should be followed by the next: the earliest tick of any schedule
+ * after `now` and after its cursor. Counted from the wake-up's own `now`, not from the clock
+ * read later: a timer may fire a millisecond before its tick (Node's timers and Date.now()
+ * round differently), and a tick between the two readings would be skipped for good.
+ */
+export function nextWakeAt(items: CronItem[], cursors: ReadonlyMap<string, Date>, now: Date): Date {
+  const from = (item: CronItem) => new Date(Math.max(now.getTime(), cursors.get(item.identifier)?.getTime() ?? 0));
+  return new Date(Math.min(...items.map((item) => item.next(from(item)).getTime())));
+}

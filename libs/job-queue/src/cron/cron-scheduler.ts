@@ -5,7 +5,7 @@ import { JobQueueError } from '../errors';
 import { JobQueueDatabase } from '../module/job-queue-database';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { backoffMs } from '../worker/backoff';
-import { createCronItem, ticksBetween, ticksDue, type CronItem, type CronItemSpec } from './cron-item';
+import { createCronItem, nextWakeAt, ticksBetween, ticksDue, type CronItem, type CronItemSpec } from './cron-item';
 import { parseCrontab } from './crontab-parser';
 
 /** The scheduler re-reads the clock at least this often, so a jumped clock is noticed. */
@@ -128,8 +128,7 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     }
     this.failures = failed ? this.failures + 1 : 0;
     if (failed) return this.schedule(backoffMs(this.failures));
-    const next = Math.min(...this.items.map((item) => item.next(new Date(Math.max(Date.now(), this.cursors.get(item.identifier)!.getTime()))).getTime()));
-    this.schedule(next - Date.now());
+    this.schedule(nextWakeAt(this.items, this.cursors, now).getTime() - Date.now());
   }
 
   /**
