@@ -21,12 +21,19 @@ function testFiles(dir: string): string[] {
 async function main(): Promise<number> {
   const filters = process.argv.slice(2);
   const files = testFiles(join(__dirname, '..')).filter((file) => filters.length === 0 || filters.some((f) => file.includes(f)));
+  // with no file, node --test would look for tests itself and run the support files too
+  if (files.length === 0) throw new Error(`no test file matches ${filters.map((f) => `"${f}"`).join(', ')}`);
   let embedded: EmbeddedPostgres | undefined;
   let dataDir: string | undefined;
   const env = { ...process.env };
   if (!env.DATABASE_URL) {
     dataDir = mkdtempSync(join(tmpdir(), 'jq-test-pg-'));
-    embedded = await startEmbeddedPostgres({ dataDir, persistent: false });
+    try {
+      embedded = await startEmbeddedPostgres({ dataDir, persistent: false });
+    } catch (error) {
+      rmSync(dataDir, { recursive: true, force: true });
+      throw error;
+    }
     env.DATABASE_URL = embedded.url;
     console.log(`Embedded PostgreSQL started for the tests (${embedded.url})`);
   } else {
@@ -40,6 +47,10 @@ async function main(): Promise<number> {
         ? ['--test-reporter=spec', '--test-reporter-destination=stdout', `--test-reporter=${join(__dirname, 'failures-reporter.js')}`, `--test-reporter-destination=${failuresFile}`]
         : ['--test-reporter=spec'];
       const child = spawn(process.execPath, ['--test', ...reporters, ...files], { env, stdio: 'inherit' });
+      child.on('error', (error) => {
+        console.error(`could not start the test runner: ${error.message}`);
+        resolve(1);
+      });
       child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0)));
     });
   } finally {

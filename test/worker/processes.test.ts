@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { connect, createTestDatabase } from '../support/database';
-import { waitForNoJobs, waitForValue } from '../support/wait';
+import { waitFor, waitForNoJobs, waitForValue } from '../support/wait';
 import { startWorkerProcesses, stopWorkerProcesses } from '../support/worker-processes';
 
 describe('worker processes', () => {
@@ -35,6 +35,26 @@ describe('worker processes', () => {
     // Nest closes the app, then re-raises the signal so the process ends as a SIGTERM would
     assert.deepEqual(exits, workers.map(() => ({ code: null, signal: 'SIGTERM' })));
     assert.equal((await sql.query('select count(*)::int as n from job_queue.workers')).rows[0].n, 0, 'every worker unregistered');
+  });
+
+  it('a worker frozen with SIGSTOP holds only what it claimed; the other drains the rest, and after SIGCONT every job has run once', async () => {
+    await sql.query('truncate runs');
+    const [frozen, other] = await startWorkerProcesses(2, { url: db.url, concurrency: 2 });
+    // the first sleeps land on the first worker to claim; freeze whichever holds one
+    await sql.query(`select job_queue.add_job('sleep', '{"ms": 500}') from generate_series(1, 2)`);
+    await waitFor('a worker to start a sleep', () => /started sleep/.test(frozen.output + other.output));
+    const [paused, running] = /started sleep/.test(frozen.output) ? [frozen, other] : [other, frozen];
+    paused.pause();
+    const total = 300;
+    await sql.query(`select job_queue.add_job('record', jsonb_build_object('n', n)) from generate_series(1, $1) n`, [total]);
+    await waitForValue(sql, 'the running worker to drain the record jobs', `select count(*)::int from job_queue.jobs where task_identifier = 'record'`, 0);
+    const byPid = (await sql.query('select pid, count(*)::int as n from runs group by pid')).rows;
+    assert.deepEqual(byPid, [{ pid: running.pid, n: total }], 'only the running worker ran them');
+    paused.resume();
+    await waitForNoJobs(sql);
+    assert.equal((await sql.query('select count(*)::int as n from runs')).rows[0].n, total);
+    assert.match(paused.output, /finished sleep/, 'the frozen worker finished its job after SIGCONT');
+    await Promise.all([paused.terminate(), running.terminate()]);
   });
 
   it('a worker process that crashes fails the test at once, showing its output', async () => {
