@@ -34,6 +34,7 @@ describe('embedded PostgreSQL in a project only root may enter', { skip: asRoot 
     const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: shared };
     delete env.DATABASE_URL;
     delete env.NODE_TEST_CONTEXT;
+    delete env.TEST_FAILURES_FILE; // the stress script's reporter is not in the project, and its file is the outer run's
     return env;
   }
 
