@@ -4,7 +4,7 @@
  * as the postgres user, which may not enter that folder to reach node_modules or .data/pg.
  *
  * The test builds such a project: a mode-700 folder holding the compiled helper
- * (dist/apps/embedded-postgres*.js), the test launcher (dist/test/support/run-tests.js) and
+ * (dist/apps/embedded-postgres/*.js), the test launcher (dist/test/support/run-tests.js) and
  * the packages they load (embedded-postgres and its binaries copied, the rest linked), then
  * runs the launcher there as `npm test` does and starts the detached server on its .data/pg
  * as `npm start` does. TMPDIR is a fresh folder, so the copy of the binaries is made afresh,
@@ -57,7 +57,9 @@ describe('embedded PostgreSQL in a project only root may enter', { skip: asRoot 
     shared = mkdtempSync(join(tmpdir(), 'jq-shared-tmp-'));
     chmodSync(shared, 0o755);
 
-    for (const file of ['apps/embedded-postgres.js', 'apps/embedded-postgres-server.js', 'test/support/run-tests.js']) {
+    const helperDir = join('apps', 'embedded-postgres');
+    const helperFiles = readdirSync(join(root, 'dist', helperDir)).filter((name) => name.endsWith('.js')).map((name) => join(helperDir, name));
+    for (const file of [...helperFiles, 'test/support/run-tests.js']) {
       cpSync(join(root, 'dist', file), join(project, 'dist', file));
     }
     // A test file for the launcher to run against the server it starts.
@@ -85,7 +87,7 @@ describe('embedded PostgreSQL in a project only root may enter', { skip: asRoot 
       mkdirSync(join(project, 'node_modules', name, '..'), { recursive: true });
       symlinkSync(join(modules, name), join(project, 'node_modules', name));
     }
-    helper = require(join(project, 'dist', 'apps', 'embedded-postgres.js')) as Helper;
+    helper = require(join(project, 'dist', 'apps', 'embedded-postgres', 'index.js')) as Helper;
   });
 
   after(() => {
@@ -134,7 +136,7 @@ describe('embedded PostgreSQL in a project only root may enter', { skip: asRoot 
   });
 
   it('a data folder the postgres user cannot reach is a clear error, not a crash', () => {
-    const script = `require(${JSON.stringify(join(project, 'dist', 'apps', 'embedded-postgres.js'))})
+    const script = `require(${JSON.stringify(join(project, 'dist', 'apps', 'embedded-postgres', 'index.js'))})
       .startEmbeddedPostgres({ dataDir: ${JSON.stringify(join(closed, 'data'))}, persistent: false })
       .then(() => process.exit(2), (error) => { console.log(error.message); process.exit(3); });`;
     const run = spawnSync(process.execPath, ['-e', script], { cwd: project, env: runEnv(), encoding: 'utf8', timeout: 60_000 });

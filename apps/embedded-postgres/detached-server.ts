@@ -7,7 +7,7 @@
  * It tells its parent `{ url, dataDir }` once the server is up (dataDir: where the data is
  * kept, see relocateUnreachableDataDir), or `{ error }` if it could not start it.
  */
-import { startEmbeddedPostgres } from './embedded-postgres';
+import { startEmbeddedPostgres } from './index';
 
 async function main() {
   const server = await startEmbeddedPostgres({ dataDir: process.argv[2], persistent: true, relocateUnreachableDataDir: true });
