@@ -46,7 +46,10 @@ async function main(): Promise<number> {
       const reporters = failuresFile
         ? ['--test-reporter=spec', '--test-reporter-destination=stdout', `--test-reporter=${join(__dirname, 'failures-reporter.js')}`, `--test-reporter-destination=${failuresFile}`]
         : ['--test-reporter=spec'];
-      const child = spawn(process.execPath, ['--test', ...reporters, ...files], { env, stdio: 'inherit' });
+      // A hang fails its test after 3 minutes, and a file that left a handle open (an app not
+      // closed after a failed wait) exits when its tests are done: a stuck run never blocks CI.
+      const limits = ['--test-timeout=180000', '--test-force-exit'];
+      const child = spawn(process.execPath, ['--test', ...limits, ...reporters, ...files], { env, stdio: 'inherit' });
       child.on('error', (error) => {
         console.error(`could not start the test runner: ${error.message}`);
         resolve(1);

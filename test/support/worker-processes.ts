@@ -41,7 +41,8 @@ export class WorkerProcess {
     this.child.stderr!.on('data', (chunk) => (this.output += chunk));
     live.add(this);
     this.exited = new Promise((resolve) => {
-      this.child.on('exit', (code, signal) => {
+      // 'close', not 'exit': by then everything the child wrote has been read into `output`
+      this.child.on('close', (code, signal) => {
         live.delete(this);
         if (!this.told) {
           const report = `worker process #${index} (pid ${this.child.pid}) exited by itself (code ${code}, signal ${signal}); its output:\n${this.output}`;

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor, waitForNoJobs, waitForValue } from '../support/wait';
@@ -14,8 +14,8 @@ describe('worker processes', () => {
     sql = await connect(db.url);
     await sql.query('create table runs (job_id bigint not null, pid int not null)');
   });
+  afterEach(() => stopWorkerProcesses());
   after(async () => {
-    await stopWorkerProcesses();
     await sql.end();
     await db.drop();
   });
@@ -41,10 +41,11 @@ describe('worker processes', () => {
     await sql.query('truncate runs');
     const [frozen, other] = await startWorkerProcesses(2, { url: db.url, concurrency: 2 });
     // the first sleeps land on the first worker to claim; freeze whichever holds one
-    await sql.query(`select job_queue.add_job('sleep', '{"ms": 500}') from generate_series(1, 2)`);
+    await sql.query(`select job_queue.add_job('sleep', '{"ms": 4000}') from generate_series(1, 2)`);
     await waitFor('a worker to start a sleep', () => /started sleep/.test(frozen.output + other.output));
     const [paused, running] = /started sleep/.test(frozen.output) ? [frozen, other] : [other, frozen];
     paused.pause();
+    assert.doesNotMatch(paused.output, /finished sleep/, 'frozen in the middle of its job');
     const total = 300;
     await sql.query(`select job_queue.add_job('record', jsonb_build_object('n', n)) from generate_series(1, $1) n`, [total]);
     await waitForValue(sql, 'the running worker to drain the record jobs', `select count(*)::int from job_queue.jobs where task_identifier = 'record'`, 0);
@@ -54,6 +55,9 @@ describe('worker processes', () => {
     await waitForNoJobs(sql);
     assert.equal((await sql.query('select count(*)::int as n from runs')).rows[0].n, total);
     assert.match(paused.output, /finished sleep/, 'the frozen worker finished its job after SIGCONT');
+    const sleeps = [...(paused.output + running.output).matchAll(/started sleep (\d+)/g)].map((m) => m[1]);
+    assert.equal(new Set(sleeps).size, 2, `each sleep job started once: ${sleeps}`);
+    assert.equal(sleeps.length, 2, `each sleep job started once: ${sleeps}`);
     await Promise.all([paused.terminate(), running.terminate()]);
   });
 

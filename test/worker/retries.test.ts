@@ -7,7 +7,12 @@ import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor } from '../support/wait';
 
+/** The interval type holds whole microseconds: a delay in ms as PostgreSQL stores it. */
+const toMicroseconds = (ms: number) => Math.round(ms * 1000) / 1000;
+
 const calls = new Map<string, number>();
+/** Set by a test: runs in fails_twice just before an attempt throws. */
+let beforeFailing: ((jobId: string) => Promise<void>) | undefined;
 
 @Injectable()
 class FlakyTasks {
@@ -20,7 +25,10 @@ class FlakyTasks {
   @Task('fails_twice', { retryDelay: (attempts) => attempts * 10 })
   async failsTwice(_payload: unknown, ctx: JobContext) {
     calls.set('fails_twice', (calls.get('fails_twice') ?? 0) + 1);
-    if (ctx.job.attempts <= 2) throw new Error('not yet');
+    if (ctx.job.attempts <= 2) {
+      await beforeFailing?.(ctx.job.id);
+      throw new Error('not yet');
+    }
     return 'done';
   }
 }
@@ -47,7 +55,7 @@ describe('retries and failures', () => {
     (
       await sql.query(
         `select attempts, max_attempts, last_error, locked_at, locked_by, is_available,
-                extract(epoch from (run_at - updated_at)) * 1000 as delay_ms
+                (extract(epoch from (run_at - updated_at)) * 1000)::float8 as delay_ms
          from job_queue.jobs where id = $1`,
         [id],
       )
@@ -61,14 +69,15 @@ describe('retries and failures', () => {
     assert.equal(first.last_error, 'nope, attempt 1');
     assert.equal(first.locked_at, null);
     assert.equal(first.locked_by, null);
-    assert.ok(Math.abs(first.delay_ms - Math.exp(1) * 1000) < 50, `delay ${first.delay_ms} ms`);
+    // releaseJobs sets run_at = now() + delay and updated_at = now() in one statement: the difference is the delay itself
+    assert.equal(first.delay_ms, toMicroseconds(Math.exp(1) * 1000));
     assert.deepEqual(events.filter((e) => 'job' in e && e.job.id === job.id).map((e) => e.type), ['job:start', 'job:error', 'job:complete']);
 
     await t.jobs.rescheduleJobs([job.id], { runAt: new Date() });
     await t.worker.runUntilIdle();
     const second = await row(job.id);
     assert.equal(second.attempts, 2);
-    assert.ok(Math.abs(second.delay_ms - Math.exp(2) * 1000) < 50, `delay ${second.delay_ms} ms`);
+    assert.equal(second.delay_ms, toMicroseconds(Math.exp(2) * 1000));
 
     // the last attempt: the job stays, failed for good, with its error
     events.length = 0;
@@ -86,17 +95,46 @@ describe('retries and failures', () => {
   });
 
   it('a task’s own retry delay replaces the backoff; success after failures deletes the job', async () => {
-    const job = await t.jobs.add('fails_twice');
-    await t.worker.runUntilIdle();
-    const first = await row(job.id);
-    assert.ok(Math.abs(first.delay_ms - 10) < 20, `delay ${first.delay_ms} ms`);
-    // run whatever is due until the job is gone: its two retries come 10 ms apart
-    await waitFor('the job to succeed on its third attempt', async () => {
+    // The retries are due 10 and 20 ms after each failure, so the test must stop the next
+    // attempt from running before it has read the row. Just before each failure the handler
+    // takes FOR KEY SHARE on the job's row from a connection of the test's: the release (an
+    // UPDATE of no key column) is not blocked by it, but the claim (FOR UPDATE SKIP LOCKED)
+    // passes the row over, so runUntilIdle returns with the released job waiting.
+    const holder = await connect(db.url);
+    beforeFailing = async (jobId) => {
+      await holder.query('begin');
+      await holder.query('select 1 from job_queue.jobs where id = $1 for key share', [jobId]);
+    };
+    const letGo = () => holder.query('rollback');
+    try {
+      const job = await t.jobs.add('fails_twice');
       await t.worker.runUntilIdle();
-      return (await t.jobs.getJob(job.id)) === null;
-    });
-    assert.equal(calls.get('fails_twice'), 3);
-    const success = events.find((e) => e.type === 'job:success' && e.job.id === job.id);
-    assert.equal(success?.type === 'job:success' && success.result, 'done');
+      const first = await row(job.id);
+      assert.equal(calls.get('fails_twice'), 1);
+      assert.deepEqual([first.attempts, first.last_error, first.locked_by], [1, 'not yet', null]);
+      assert.equal(first.delay_ms, 10, 'retryDelay(1) = 10 ms, not the backoff');
+      await letGo();
+
+      // due 10 ms later, run by the same claim as any job
+      await waitFor('the second attempt', async () => {
+        await t.worker.runUntilIdle();
+        return calls.get('fails_twice') === 2;
+      });
+      const second = await row(job.id);
+      assert.deepEqual([second.attempts, second.last_error, second.locked_by], [2, 'not yet', null]);
+      assert.equal(second.delay_ms, 20, 'retryDelay(2) = 20 ms');
+      await letGo();
+
+      await waitFor('the job to succeed on its third attempt', async () => {
+        await t.worker.runUntilIdle();
+        return (await t.jobs.getJob(job.id)) === null;
+      });
+      assert.equal(calls.get('fails_twice'), 3);
+      const success = events.find((e) => e.type === 'job:success' && e.job.id === job.id);
+      assert.equal(success?.type === 'job:success' && success.result, 'done');
+    } finally {
+      beforeFailing = undefined;
+      await holder.end();
+    }
   });
 });

@@ -1,23 +1,26 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
 import { createTestApp } from '../support/app';
+import { listenerPids } from '../support/connections';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor, waitForValue } from '../support/wait';
 import { startWorkerProcesses, stopWorkerProcesses } from '../support/worker-processes';
 
 const started = new Set<string>();
 const finished = new Set<string>();
+/** Lets the `short` job finish: the test calls it once shutdown has begun. */
+let finishShort: () => void = () => undefined;
 
 @Injectable()
 class SlowTasks {
-  /** Finishes within the grace period. */
+  /** Finishes during the grace period: when the test says shutdown has begun. */
   @Task('short')
   async short(_payload: unknown, ctx: JobContext) {
     started.add(ctx.job.id);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await new Promise<void>((resolve) => (finishShort = resolve));
     finished.add(ctx.job.id);
   }
 
@@ -62,15 +65,20 @@ describe('graceful shutdown', () => {
   before(async () => {
     db = await createTestDatabase('shutdown');
     sql = await connect(db.url);
+    await (await createTestApp({ url: db.url, jobQueue: { worker: false } })).close(); // makes the tables
   });
+  beforeEach(async () => {
+    await sql.query('delete from job_queue.jobs');
+    await sql.query('update job_queue.job_queues set locked_at = null, locked_by = null');
+  });
+  afterEach(() => stopWorkerProcesses());
   after(async () => {
-    await stopWorkerProcesses();
     await sql.end();
     await db.drop();
   });
 
   it('lets short jobs finish, aborts and gives back long ones with their attempt returned, leaves nothing locked', async () => {
-    const t = await createTestApp({ url: db.url, providers: [SlowTasks], jobQueue: { concurrency: 10, shutdownGracePeriod: 400 } });
+    const t = await createTestApp({ url: db.url, providers: [SlowTasks], jobQueue: { concurrency: 10, shutdownGracePeriod: 1500 } });
     const events: JobQueueEvent[] = [];
     t.worker.events$.subscribe((e) => events.push(e));
     const jobs = await t.jobs.addMany([
@@ -80,9 +88,19 @@ describe('graceful shutdown', () => {
       { identifier: 'stubborn', maxAttempts: 1 },
     ]);
     const [short, politeHead, politeNext, stubborn] = jobs;
-    await waitFor('jobs to start', () => started.has(short.id) && started.has(politeHead.id) && started.has(stubborn.id));
     const workerId = t.worker.workerId;
-    await t.close();
+    try {
+      await waitFor('jobs to start', () => started.has(short.id) && started.has(politeHead.id) && started.has(stubborn.id));
+    } catch (error) {
+      await t.close();
+      throw error;
+    }
+    await waitFor('the worker\'s LISTEN connection', async () => (await listenerPids(sql)).length === 1);
+    const closing = t.close();
+    // stop() lets go of LISTEN first: from then on it is waiting out the grace period
+    await waitFor('the worker to begin its shutdown', async () => (await listenerPids(sql)).length === 0);
+    finishShort();
+    await closing;
 
     assert.ok(finished.has(short.id));
     assert.equal(started.has(politeNext.id), false, 'the serial queue was still busy with its head');
@@ -101,13 +119,13 @@ describe('graceful shutdown', () => {
     // the given-back jobs run again in the next worker
     const next = await createTestApp({ url: db.url, providers: [SlowTasks], jobQueue: { worker: false, shutdownGracePeriod: 200 } });
     started.clear();
-    const claimed = next.worker.events$.subscribe(() => {});
     void next.worker.runUntilIdle();
-    await waitFor('given-back jobs to run again', () => started.has(politeHead.id) && started.has(stubborn.id));
-    claimed.unsubscribe();
-    await next.close(); // worker: false, but runUntilIdle() holds jobs: they are given back too
+    try {
+      await waitFor('given-back jobs to run again', () => started.has(politeHead.id) && started.has(stubborn.id));
+    } finally {
+      await next.close(); // worker: false, but runUntilIdle() holds jobs: they are given back too
+    }
     assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs where locked_at is not null')).rows[0].n, 0);
-    await sql.query('delete from job_queue.jobs');
   });
 
   it('a run given back at shutdown that finishes later does not release the job its restarted worker claimed again', async () => {
@@ -127,7 +145,6 @@ describe('graceful shutdown', () => {
     } finally {
       await t.close();
     }
-    await sql.query('delete from job_queue.jobs');
   });
 
   it('SIGTERM drains a worker process started with enableShutdownHooks', async () => {
