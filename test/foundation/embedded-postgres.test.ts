@@ -98,7 +98,7 @@ describe('embedded PostgreSQL in a project only root may enter', { skip: asRoot 
   it('npm test and npm start both start their server, at once, and keep npm start’s data across restarts', async () => {
     // npm test: the launcher, with its data folder in TMPDIR.
     const testRun = new Promise<{ code: number | null; output: string }>((resolve) => {
-      const child = spawn(process.execPath, [join(project, 'dist', 'test', 'support', 'run-tests.js')], { cwd: project, env: runEnv() });
+      const child = spawn(process.execPath, [join(project, 'dist', 'test', 'support', 'run-tests.js')], { cwd: project, env: runEnv(), timeout: 120_000 }); // a stuck launcher fails, not hangs
       let output = '';
       child.stdout.on('data', (chunk) => (output += chunk));
       child.stderr.on('data', (chunk) => (output += chunk));
