@@ -6,6 +6,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
 import { JobEntity, JobQueueModule, JobQueueService } from '../../libs/job-queue/src';
 import { connect, createTestDatabase } from '../support/database';
+import { waitForValue } from '../support/wait';
 
 describe('which DataSource the module uses', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -72,14 +73,32 @@ describe('which DataSource the module uses', () => {
   });
 
   it('opens a connection of its own when the app has no TypeORM module, and closes it with the app', async () => {
-    @Module({ imports: [JobQueueModule.forRoot({ connection: { url: db.url }, worker: false, externalTasks: '*' })] })
+    // A name of this test's own, to find the app's backends in pg_stat_activity; and a pool
+    // that never closes idle connections by itself (pg's default does after 10 s), so that
+    // only closing the app can make them go.
+    const applicationName = 'jq-own-connection-test';
+    const connection = { url: db.url, applicationName, extra: { idleTimeoutMillis: 0 } };
+    @Module({ imports: [JobQueueModule.forRoot({ connection, worker: false, externalTasks: '*' })] })
     class AppModule {}
     const { app, jobs } = await boot(AppModule);
-    const job = await jobs.add('own');
-    assert.equal((await jobs.getJob(job.id))?.taskIdentifier, 'own');
-    assert.equal(await jobs.jobRepository<JobEntity>().countBy({ taskIdentifier: 'own' }), 1);
-    await app.close();
-    assert.ok((await jobIdsIn(db.url))?.includes(job.id), 'the job is in the database of the connection options');
+    let closed = false;
+    const sql = await connect(db.url);
+    try {
+      const backends = `select count(*)::int from pg_stat_activity where datname = current_database() and application_name = $1`;
+      const job = await jobs.add('own');
+      assert.equal((await jobs.getJob(job.id))?.taskIdentifier, 'own');
+      assert.equal(await jobs.jobRepository<JobEntity>().countBy({ taskIdentifier: 'own' }), 1);
+      const open = (await sql.query(backends, [applicationName])).rows[0].count as number;
+      assert.ok(open >= 1, `the app's own connection is open, under its application_name (${open} backends)`);
+      await app.close();
+      closed = true;
+      // a backend takes a moment to go after its client disconnects
+      await waitForValue(sql, 'the app’s own connections to close with the app', backends, 0, [applicationName]);
+      assert.ok((await jobIdsIn(db.url))?.includes(job.id), 'the job is in the database of the connection options');
+    } finally {
+      if (!closed) await app.close(); // a failure must not leave its pool holding the test run open
+      await sql.end();
+    }
   });
 
   it('says clearly when there is no DataSource at all', async () => {

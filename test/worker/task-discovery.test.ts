@@ -9,8 +9,6 @@ const seen: Array<{ self: unknown; payload: unknown; ctx: JobContext }> = [];
 
 @Injectable()
 class GreetingTasks {
-  readonly name = 'greeting-tasks';
-
   @Task('greet', { maxAttempts: 4, queueName: 'greetings', priority: 2 })
   async greet(payload: { to: string }, ctx: JobContext) {
     seen.push({ self: this, payload, ctx });
@@ -57,7 +55,9 @@ describe('@Task discovery and the handler call', () => {
     subscription.unsubscribe();
 
     const [greet, followup] = seen;
-    assert.equal((greet.self as GreetingTasks).name, 'greeting-tasks');
+    const provider = t.app.get(GreetingTasks);
+    assert.equal(greet.self, provider, 'this is the provider instance the app holds');
+    assert.equal(followup.self, provider);
     assert.deepEqual(greet.payload, { to: 'Ada' });
     assert.deepEqual(
       { ...greet.ctx.job },
