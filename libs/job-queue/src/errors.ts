@@ -15,6 +15,8 @@ export type JobQueueErrorCode =
   | 'JQ_INVALID_FLAGS'
   | 'JQ_INVALID_JOB_ID'
   | 'JQ_INVALID_SPEC'
+  | 'JQ_NO_TRANSACTION'
+  | 'JQ_WRONG_DATA_SOURCE'
   // module set-up
   | 'JQ_INVALID_SCHEMA'
   | 'JQ_INVALID_OPTIONS'

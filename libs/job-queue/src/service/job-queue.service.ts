@@ -3,6 +3,7 @@ import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { TaskRegistry } from '../decorators/task-registry';
 import { JobQueueError } from '../errors';
 import { JobQueueDatabase } from '../module/job-queue-database';
+import { checkManager } from './check-manager';
 import { toJob, type Job, type JobRow, type JobSpec, type JobSpecWithIdentifier } from './job';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, type ValidJob } from './validate-job-spec';
 
@@ -26,6 +27,7 @@ export class JobQueueService {
    * wake-up of the workers) exists only once it commits.
    */
   async add<Payload = unknown>(identifier: string, payload?: Payload, spec: JobSpec = {}): Promise<Job<Payload>> {
+    checkManager(spec?.manager, this.db.dataSource);
     const job = this.validate(identifier, payload, spec);
     const rows = await this.db.run<JobRow>(
       'addJob',
@@ -38,6 +40,7 @@ export class JobQueueService {
   /** Adds many jobs in one round trip and one NOTIFY; all are checked before any is written. */
   async addMany(specs: JobSpecWithIdentifier[], options: { manager?: EntityManager } = {}): Promise<Job[]> {
     if (!Array.isArray(specs)) throw new JobQueueError('JQ_INVALID_SPEC', 'addMany takes an array of job specs');
+    checkManager(options?.manager, this.db.dataSource);
     const jobs = specs.map((spec, index) => {
       try {
         if (spec === null || typeof spec !== 'object') throw new JobQueueError('JQ_INVALID_SPEC', 'a job spec must be an object');
