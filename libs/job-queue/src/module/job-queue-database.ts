@@ -26,6 +26,8 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   readonly sql: JobQueueQueries;
   private source?: DataSource;
   private ownsSource = false;
+  /** Part of every prepared statement's name: bumped when the schema changed a statement's result (see run). */
+  private generation = 0;
 
   constructor(
     @Inject(JOB_QUEUE_MODULE_OPTIONS) private readonly rawOptions: JobQueueModuleOptions,
@@ -67,7 +69,17 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   async run<Row extends QueryResultRow>(statement: Statement, values: unknown[], manager?: EntityManager): Promise<Row[]> {
     const text = this.sql[statement];
     if (manager) return manager.query(text, values);
-    return (await this.pool.query<Row>({ name: `jq_${this.options.schema}_${statement}`, text, values })).rows;
+    const prepared = () => this.pool.query<Row>({ name: `jq_${this.options.schema}_${this.generation}_${statement}`, text, values });
+    try {
+      return (await prepared()).rows;
+    } catch (error) {
+      if (!isResultTypeChanged(error)) throw error;
+      // A statement prepared before a schema change whose result it changes fails on every
+      // connection that prepared it, for good: prepare every statement again, under new names.
+      // The failed execution did nothing, so it is safe to run it again.
+      this.generation += 1;
+      return (await prepared()).rows;
+    }
   }
 
   /** In order: the given DataSource, the named or default @nestjs/typeorm one, one of our own. */
@@ -106,4 +118,10 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
       return undefined;
     }
   }
+}
+
+/** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */
+function isResultTypeChanged(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string };
+  return code === '0A000' && /cached plan must not change result type/.test(message ?? '');
 }

@@ -1,6 +1,19 @@
 import { jobsChannel, quoteIdentifier } from './identifier';
 
 /**
+ * The columns of a job row that statements return, listed rather than `*`: a prepared
+ * statement whose result gains a column (a later migration adding one, while this version
+ * still runs) fails with "cached plan must not change result type" on every connection
+ * that prepared it.
+ */
+export const JOB_COLUMNS = [
+  'id', 'task_identifier', 'queue_name', 'payload', 'priority', 'run_at', 'attempts', 'max_attempts',
+  'last_error', 'key', 'revision', 'flags', 'locked_at', 'locked_by', 'created_at', 'updated_at',
+] as const;
+
+const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
+
+/**
  * Every SQL statement the library runs at run time, in one place, named for what it does.
  * (The tables and the SQL functions themselves are created by the migrations.)
  * `$n` parameters are documented on each statement.
@@ -23,7 +36,7 @@ export function createQueries(schema: string) {
     channel,
 
     /** $1 identifier, $2 payload (json text), $3 queue, $4 run_at, $5 max_attempts, $6 key, $7 priority, $8 flags, $9 key mode */
-    addJob: `select * from ${s}.add_job($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text)`,
+    addJob: `select ${jobColumns('j')} from ${s}.add_job($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text) j`,
 
     /**
      * Many jobs without job keys in one statement: set-based, one NOTIFY.
@@ -45,29 +58,29 @@ export function createQueries(schema: string) {
                coalesce(max_attempts, 25), coalesce(priority, 0),
                coalesce(array(select jsonb_array_elements_text(flags::jsonb)), '{}')
         from specs order by ord
-        returning *
+        returning ${JOB_COLUMNS.join(', ')}
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
-      select inserted.* from inserted left join notified on true order by inserted.id`,
+      select ${jobColumns('inserted')} from inserted left join notified on true order by inserted.id`,
 
     /** Many jobs, some with job keys: add_job per spec, in order, in one statement. Same parameters plus $8 keys, $9 key modes. */
     addJobsKeyed: `
-      select j.* from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[])
+      select ${jobColumns('j')} from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[])
           with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, key, key_mode, ord)
         cross join lateral ${s}.add_job(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
           array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode) as j
       order by s.ord`,
 
     /** $1 id */
-    getJob: `select * from ${s}.jobs where id = $1::bigint`,
+    getJob: `select ${jobColumns('j')} from ${s}.jobs j where j.id = $1::bigint`,
     /** $1 job key */
-    removeJob: `select * from ${s}.remove_job($1::text) where id is not null`,
+    removeJob: `select ${jobColumns('j')} from ${s}.remove_job($1::text) j where j.id is not null`,
     /** $1 ids */
-    completeJobs: `select * from ${s}.complete_jobs($1::bigint[])`,
+    completeJobs: `select ${jobColumns('j')} from ${s}.complete_jobs($1::bigint[]) j`,
     /** $1 ids, $2 reason */
-    permanentlyFailJobs: `select * from ${s}.permanently_fail_jobs($1::bigint[], $2::text)`,
+    permanentlyFailJobs: `select ${jobColumns('j')} from ${s}.permanently_fail_jobs($1::bigint[], $2::text) j`,
     /** $1 ids, $2 run_at, $3 priority, $4 attempts, $5 max_attempts */
-    rescheduleJobs: `select * from ${s}.reschedule_jobs($1::bigint[], $2::timestamptz, $3::integer, $4::integer, $5::integer)`,
+    rescheduleJobs: `select ${jobColumns('j')} from ${s}.reschedule_jobs($1::bigint[], $2::timestamptz, $3::integer, $4::integer, $5::integer) j`,
 
     /**
      * The claim. Up to $3 available jobs of the tasks $1 that carry none of the flags $2,
@@ -114,7 +127,7 @@ export function createQueries(schema: string) {
       update ${s}.jobs j
       set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now()
       where j.id in (select id from candidates where queue_name is null union all select id from locked_queues)
-      returning j.*, (select count(*) from candidates)::int as candidate_count`,
+      returning ${jobColumns('j')}, (select count(*) from candidates)::int as candidate_count`,
 
     /**
      * One flush of the release batches for worker $1: deletes the jobs that succeeded ($2),
@@ -183,7 +196,7 @@ export function createQueries(schema: string) {
         where k.last_execution is null or k.last_execution < excluded.last_execution
         returning k.identifier
       )
-      select j.* from claimed
+      select j.id from claimed
         cross join lateral ${s}.add_job($3::text, $4::jsonb, $5::text, $2::timestamptz, $6::integer, $7::text, $8::integer, null, 'unsafe_dedupe') as j`,
 
     /** $1 worker id */
