@@ -1,4 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { applyOnce, forget } from '../libs/job-queue/src/migrate/ledger';
 import { jobsChannel, quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
 
 /**
@@ -13,7 +14,10 @@ export function createJobTablesMigration(schema: string): new () => MigrationInt
     readonly name = 'CreateJobTables1763700000000';
 
     async up(q: QueryRunner): Promise<void> {
-      await q.query(`create schema if not exists ${s}`);
+      await applyOnce(q, schema, this.name, () => this.apply(q));
+    }
+
+    private async apply(q: QueryRunner): Promise<void> {
 
       // Named queues: a job in a queue runs only while its queue row is unlocked and it is
       // the queue's first available job, so one queue runs one job at a time, in order.
@@ -212,6 +216,7 @@ export function createJobTablesMigration(schema: string): new () => MigrationInt
       for (const table of ['jobs', 'job_queues', 'known_crontabs', 'workers']) {
         await q.query(`drop table if exists ${s}.${table}`);
       }
+      await forget(q, schema, this.name);
     }
   };
 }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DataSource } from 'typeorm';
-import { createJobQueueMigrations, JobQueueModule, JobQueueService } from '../../libs/job-queue/src';
+import { createJobQueueMigrations, JobQueueMigrations, JobQueueModule, JobQueueService } from '../../libs/job-queue/src';
 import { NestFactory } from '@nestjs/core';
 import { Module } from '@nestjs/common';
 import { createTestApp } from '../support/app';
@@ -61,6 +61,48 @@ describe('migrations', () => {
       await app.close();
     } finally {
       await dataSource.destroy();
+      await db.drop();
+    }
+  });
+
+  it('the module and a TypeORM runner given the same classes share one ledger, in either order and at once', async () => {
+    const db = await createTestDatabase('ledger');
+    const sql = await connect(db.url);
+    // a team that runs the job-queue migrations through its own DataSource, and keeps the module's default migrationsRun
+    const viaTypeOrm = () => createTestApp({ url: db.url, typeOrm: { migrations: JobQueueMigrations, migrationsRun: true }, jobQueue: { worker: false, externalTasks: '*' } });
+    const viaModule = () => createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
+    const ledgers = async () => ({
+      ours: (await sql.query('select name from job_queue.migrations order by id')).rows.map((r) => r.name),
+      typeorm: (await sql.query(`select name from public.migrations order by id`).catch(() => ({ rows: [] }))).rows.map((r: { name: string }) => r.name),
+    });
+    const reset = async () => {
+      await sql.query('drop schema job_queue cascade');
+      await sql.query('drop table if exists public.migrations');
+    };
+    try {
+      // TypeORM first (at DataSource initialisation), then the module, in one app
+      const both = await viaTypeOrm();
+      await both.jobs.add('works');
+      await both.close();
+      assert.deepEqual(await ledgers(), { ours: ['CreateJobTables1763700000000'], typeorm: ['CreateJobTables1763700000000'] });
+
+      // the module first, then an app whose TypeORM runner finds the tables made
+      await reset();
+      await (await viaModule()).close();
+      const later = await viaTypeOrm();
+      await later.jobs.add('works');
+      await later.close();
+      assert.deepEqual(await ledgers(), { ours: ['CreateJobTables1763700000000'], typeorm: ['CreateJobTables1763700000000'] });
+
+      // both kinds booting at once on an empty database
+      await reset();
+      const apps = await Promise.all([viaTypeOrm(), viaModule(), viaModule()]); // one TypeORM runner: two would race to create TypeORM's own table
+      for (const t of apps) await t.jobs.add('works');
+      await Promise.all(apps.map((t) => t.close()));
+      assert.deepEqual((await ledgers()).ours, ['CreateJobTables1763700000000']);
+      assert.equal((await sql.query(`select count(*)::int as n from job_queue.jobs`)).rows[0].n, 3);
+    } finally {
+      await sql.end();
       await db.drop();
     }
   });

@@ -11,6 +11,8 @@ export interface TestAppOptions {
   imports?: Array<Type | DynamicModule>;
   entities?: Function[];
   jobQueue?: JobQueueModuleOptions;
+  /** More options for the app's TypeORM DataSource (its own migrations, say). */
+  typeOrm?: { migrations?: Function[]; migrationsRun?: boolean };
 }
 
 export interface TestApp {
@@ -31,6 +33,7 @@ export async function createTestApp(options: TestAppOptions): Promise<TestApp> {
         entities: [...JobQueueEntities, ...(options.entities ?? [])],
         synchronize: (options.entities ?? []).length > 0,
         extra: { max: 20 },
+        ...options.typeOrm,
       }),
       JobQueueModule.forRoot({ pollInterval: 500, shutdownGracePeriod: 2000, ...options.jobQueue }),
       ...(options.imports ?? []),

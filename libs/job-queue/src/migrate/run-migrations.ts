@@ -1,11 +1,13 @@
 import type { DataSource, MigrationInterface } from 'typeorm';
 import { quoteIdentifier } from '../sql/identifier';
+import { createLedger, migrationLockKey } from './ledger';
 
 /**
- * Applies the pending job-queue migrations, each in its own transaction, under a
- * PostgreSQL advisory lock: replicas that start together wait for the first one and
- * then find nothing left to do. The record of applied migrations lives in
- * `<schema>.migrations`, apart from the app's own migrations table.
+ * Applies the pending job-queue migrations at startup, each in its own transaction, under a
+ * PostgreSQL advisory lock: replicas that start together wait for the first one and then
+ * find nothing left to do. Each migration checks and records itself in `<schema>.migrations`
+ * (see ledger.ts), so this agrees with a TypeORM runner given the same classes.
+ * Returns the names of the migrations this call applied.
  */
 export async function runJobQueueMigrations(
   dataSource: DataSource,
@@ -13,21 +15,13 @@ export async function runJobQueueMigrations(
   migrations: Array<new () => MigrationInterface>,
 ): Promise<string[]> {
   const s = quoteIdentifier(schema);
-  const lockKey = `nestjs-job-queue:migrate:${schema}`;
   const applied: string[] = [];
   const runner = dataSource.createQueryRunner();
   await runner.connect();
   try {
-    await runner.query('select pg_advisory_lock(hashtext($1))', [lockKey]);
+    await runner.query('select pg_advisory_lock(hashtext($1))', [migrationLockKey(schema)]);
     try {
-      await runner.query(`create schema if not exists ${s}`);
-      await runner.query(`
-        create table if not exists ${s}.migrations (
-          id serial primary key,
-          timestamp bigint not null,
-          name text not null unique,
-          applied_at timestamptz not null default now()
-        )`);
+      await createLedger(runner, schema);
       const done = new Set<string>(
         (await runner.query(`select name from ${s}.migrations`)).map((row: { name: string }) => row.name),
       );
@@ -38,10 +32,6 @@ export async function runJobQueueMigrations(
         await runner.startTransaction();
         try {
           await migration.up(runner);
-          await runner.query(`insert into ${s}.migrations (timestamp, name) values ($1, $2)`, [
-            Number(name.slice(-13)),
-            name,
-          ]);
           await runner.commitTransaction();
         } catch (error) {
           await runner.rollbackTransaction();
@@ -50,7 +40,7 @@ export async function runJobQueueMigrations(
         applied.push(name);
       }
     } finally {
-      await runner.query('select pg_advisory_unlock(hashtext($1))', [lockKey]);
+      await runner.query('select pg_advisory_unlock(hashtext($1))', [migrationLockKey(schema)]);
     }
   } finally {
     await runner.release();
