@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { Module, type DynamicModule, type INestApplicationContext, type Provider, type Type } from '@nestjs/common';
+import { Module, type DynamicModule, type LoggerService, type INestApplicationContext, type Provider, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
@@ -12,7 +12,9 @@ export interface TestAppOptions {
   entities?: Function[];
   jobQueue?: JobQueueModuleOptions;
   /** More options for the app's TypeORM DataSource (its own migrations, say). */
-  typeOrm?: { migrations?: Function[]; migrationsRun?: boolean };
+  typeOrm?: { migrations?: Function[]; migrationsRun?: boolean; extra?: Record<string, unknown> };
+  /** Where Nest logs go (default: nowhere, or the console with TEST_LOGS set). */
+  logger?: LoggerService;
 }
 
 export interface TestApp {
@@ -42,7 +44,7 @@ export async function createTestApp(options: TestAppOptions): Promise<TestApp> {
   })
   class TestAppModule {}
 
-  const app = await NestFactory.createApplicationContext(TestAppModule, { logger: process.env.TEST_LOGS ? undefined : false, abortOnError: false });
+  const app = await NestFactory.createApplicationContext(TestAppModule, { logger: options.logger ?? (process.env.TEST_LOGS ? undefined : false), abortOnError: false });
   return {
     app,
     jobs: app.get(JobQueueService),

@@ -14,6 +14,7 @@ import { JobQueueService } from '../service/job-queue.service';
 import { backoffMs, sleep } from './backoff';
 import type { JobQueueEvent } from './events';
 import { NotifyListener } from './notify-listener';
+import { poolSizeWarning } from './pool-size';
 import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
@@ -110,6 +111,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.logger.log(
       `Worker ${this.workerId} started: concurrency ${this.db.options.concurrency}, tasks ${this.tasks.identifiers().join(', ') || '(none)'}`,
     );
+    const poolWarning = poolSizeWarning(this.db.pool.options.max, this.db.options.concurrency);
+    if (poolWarning) this.logger.warn(`Worker ${this.workerId}: ${poolWarning}`);
     this.emit({ type: 'worker:start', workerId: this.workerId });
   }
 

@@ -1,0 +1,35 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { LoggerService } from '@nestjs/common';
+import { createTestApp } from '../support/app';
+import { createTestDatabase } from '../support/database';
+
+/** Keeps the warnings Nest logs. */
+function warnings(): LoggerService & { seen: string[] } {
+  const seen: string[] = [];
+  return { seen, log() {}, error() {}, warn: (message: unknown) => void seen.push(String(message)) };
+}
+
+describe('the pool the worker shares with the app', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  before(async () => {
+    db = await createTestDatabase('pool_size');
+  });
+  after(() => db.drop());
+
+  it('too small for concurrency plus the queue\'s own connections: a warning at startup, with the numbers', async () => {
+    const logger = warnings();
+    const t = await createTestApp({ url: db.url, logger, typeOrm: { extra: { max: 10 } }, jobQueue: { concurrency: 10 } });
+    await t.close();
+    const pool = logger.seen.filter((m) => /database pool/.test(m));
+    assert.equal(pool.length, 1, `one warning: ${logger.seen.join(' | ')}`);
+    assert.match(pool[0], /has 10 connections, fewer than concurrency 10 \+ 2 .* = 12/);
+  });
+
+  it('large enough: no warning', async () => {
+    const logger = warnings();
+    const t = await createTestApp({ url: db.url, logger, typeOrm: { extra: { max: 12 } }, jobQueue: { concurrency: 10 } });
+    await t.close();
+    assert.deepEqual(logger.seen.filter((m) => /database pool/.test(m)), []);
+  });
+});
