@@ -84,45 +84,41 @@ export function createQueries(schema: string) {
 
     /**
      * The claim. Up to $3 available jobs of the tasks $1 that carry none of the flags $2,
-     * by priority then run_at then id, skipping rows other workers are claiming. A named
-     * queue gives at most its first available job, and only while no worker holds the
-     * queue: the queue row is locked for worker $4 in the same statement. The `not exists`
-     * guards order: if an earlier job of the queue was skipped (another worker is claiming
-     * it right now), the queue is left alone this time. Each row also carries how many
-     * candidates there were: fewer than $3 means nothing else is waiting now. The task filter
-     * is written with array_position so that, before PostgreSQL has statistics on a freshly
-     * filled table, the planner still walks jobs_fetch_idx in order instead of sorting it all.
+     * by priority then run_at then id, skipping rows other workers are claiming. A job of a
+     * named queue is a candidate only as the queue's head (no earlier available job in it)
+     * and while no worker holds the queue; the queue row is locked for worker $4 in the same
+     * statement. So a queue whose head this worker may not run (a forbidden flag, another
+     * app's task), or whose head another worker is claiming right now (skipped as locked,
+     * but still available), is left alone, and its other jobs never fill the candidates
+     * that work outside it needs. Each row also carries how many candidates there were:
+     * fewer than $3 means nothing else is waiting now. The task filter is written with
+     * array_position so that, before PostgreSQL has statistics on a freshly filled table,
+     * the planner still walks jobs_fetch_idx in order instead of sorting it all.
      */
     claimJobs: `
       with candidates as materialized (
-        select j.id, j.queue_name, j.priority, j.run_at
+        select j.id, j.queue_name
         from ${s}.jobs j
         where j.is_available
           and j.run_at <= now()
           and array_position($1::text[], j.task_identifier) is not null
           and not (j.flags && $2::text[])
-          and (j.queue_name is null or not exists (
-            select 1 from ${s}.job_queues q where q.queue_name = j.queue_name and q.locked_at is not null))
+          and (j.queue_name is null or (
+            not exists (
+              select 1 from ${s}.job_queues q where q.queue_name = j.queue_name and q.locked_at is not null)
+            and not exists (
+              select 1 from ${s}.jobs e
+              where e.queue_name = j.queue_name and e.is_available and e.run_at <= now()
+                and (e.priority, e.run_at, e.id) < (j.priority, j.run_at, j.id))))
         order by j.priority, j.run_at, j.id
         limit $3
         for update of j skip locked
       ),
-      queue_heads as (
-        select distinct on (c.queue_name) c.id, c.queue_name, c.priority, c.run_at
-        from candidates c
-        where c.queue_name is not null
-        order by c.queue_name, c.priority, c.run_at, c.id
-      ),
       locked_queues as (
         update ${s}.job_queues q set locked_at = now(), locked_by = $4
-        from queue_heads h
-        where q.queue_name = h.queue_name
-          and q.locked_at is null
-          and not exists (
-            select 1 from ${s}.jobs e
-            where e.queue_name = h.queue_name and e.is_available and e.run_at <= now()
-              and (e.priority, e.run_at, e.id) < (h.priority, h.run_at, h.id))
-        returning h.id
+        from candidates c
+        where q.queue_name = c.queue_name and q.locked_at is null
+        returning c.id
       )
       update ${s}.jobs j
       set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now()
