@@ -128,38 +128,53 @@ export function createQueries(schema: string) {
     /**
      * One flush of the release batches for worker $1: deletes the jobs that succeeded ($2),
      * and for the ones that failed ($3 ids, $4 errors, $5 retry delays in ms) records the
-     * error, unlocks them and moves run_at. Only rows this worker still holds are touched.
+     * error, unlocks them and moves run_at. Only rows this worker still holds are touched,
+     * and none that someone else has row-locked (a caller's open transaction replacing a
+     * keyed job, say): those come back in `busy`, for a later flush, so that one lock holds
+     * up one job and never the worker's other releases.
      */
     releaseJobs: `
-      with completed as (
-        delete from ${s}.jobs where id = any($2::bigint[]) and locked_by = $1
-        returning queue_name
+      with held as materialized (
+        -- the lock an update takes (a delete takes more): a key share from a referencing row does not stop it
+        select id from ${s}.jobs
+        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1
+        for no key update skip locked
+      ),
+      completed as (
+        delete from ${s}.jobs j using held h
+        where j.id = h.id and j.id = any($2::bigint[])
+        returning j.queue_name
       ),
       failed as (
         update ${s}.jobs j set
           last_error = f.error,
           run_at = now() + f.delay_ms * interval '1 millisecond',
           locked_at = null, locked_by = null, updated_at = now()
-        from unnest($3::bigint[], $4::text[], $5::float8[]) as f(id, error, delay_ms)
-        where j.id = f.id and j.locked_by = $1
+        from unnest($3::bigint[], $4::text[], $5::float8[]) as f(id, error, delay_ms), held h
+        where j.id = f.id and h.id = f.id
         returning j.queue_name
       ),
       released as (select queue_name from completed union all select queue_name from failed),
-      ${unlockQueuesOf('released', '$1')}
-      select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken`,
+      ${unlockQueuesOf('released', '$1')},
+      busy as (
+        select id from ${s}.jobs
+        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1 and id not in (select id from held)
+      )
+      select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken,
+             array(select id::text from busy) as busy`,
 
     /**
      * Gives back every job worker $1 still holds (running or prefetched), with the attempt it
      * used returned, and frees its queues: at shutdown, after in-flight jobs had their chance.
      * By worker rather than by id, so that a claim whose reply was lost is given back too;
      * without an index on locked_by (it would cost a write per claim) this scans the table,
-     * once per shutdown.
+     * once per shutdown. A row someone else has row-locked is skipped rather than waited for.
      */
     giveBackJobs: `
       with given_back as (
         update ${s}.jobs set
           attempts = greatest(attempts - 1, 0), locked_at = null, locked_by = null, updated_at = now()
-        where locked_by = $1
+        where id in (select id from ${s}.jobs where locked_by = $1 for update skip locked)
         returning id
       ),
       unlocked as (

@@ -74,7 +74,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private createBatcher(): ReleaseBatcher {
     return new ReleaseBatcher(
       (completed, failedIds, errors, delays) =>
-        this.db.run('releaseJobs', [this.workerId, completed, failedIds, errors, delays]).then(() => undefined),
+        this.db.run<{ busy: string[] }>('releaseJobs', [this.workerId, completed, failedIds, errors, delays]).then(([row]) => row.busy),
       (error) => this.reportError('release', error),
     );
   }

@@ -6,16 +6,24 @@ interface Failure {
   delayMs: number;
 }
 
-export type FlushReleases = (completed: string[], failedIds: string[], errors: string[], delaysMs: number[]) => Promise<void>;
+/** Writes one batch; resolves with the ids it could not write yet because someone else holds their row lock. */
+export type FlushReleases = (completed: string[], failedIds: string[], errors: string[], delaysMs: number[]) => Promise<string[]>;
+
+/** How long a release held up by someone else's row lock waits before it is tried again. */
+const HELD_UP_RETRY_MS = 50;
 
 /**
  * Collects finished jobs and writes them in batches: one statement per flush, at most one
  * flush in flight; what finishes meanwhile waits for the next flush. A failing flush is
  * retried with backoff, never dropped: the jobs stay locked by this worker until it lands.
+ * A job whose row someone else has locked is set aside and tried again a little later,
+ * alone, so that it never holds up the others.
  */
 export class ReleaseBatcher {
   private completed: string[] = [];
   private failed: Failure[] = [];
+  private heldUp: { completed: string[]; failed: Failure[] } = { completed: [], failed: [] };
+  private heldUpTimer?: NodeJS.Timeout;
   private timer?: NodeJS.Timeout;
   private inFlight?: Promise<void>;
   private readonly stopping = new AbortController();
@@ -38,12 +46,12 @@ export class ReleaseBatcher {
   }
 
   get pending(): number {
-    return this.completed.length + this.failed.length;
+    return this.completed.length + this.failed.length + this.heldUp.completed.length + this.heldUp.failed.length;
   }
 
-  /** Nothing collected, waiting for its timer, or being written. */
+  /** Nothing collected, held up, waiting for its timer, or being written. */
   get idle(): boolean {
-    return this.pending === 0 && !this.timer && !this.inFlight;
+    return this.pending === 0 && !this.timer && !this.inFlight && !this.heldUpTimer;
   }
 
   private schedule(): void {
@@ -61,14 +69,14 @@ export class ReleaseBatcher {
       this.timer = undefined;
     }
     while (this.inFlight) await this.inFlight;
-    if (this.pending === 0) return;
+    if (this.completed.length + this.failed.length === 0) return;
     this.inFlight = this.writeBatch();
     try {
       await this.inFlight;
     } finally {
       this.inFlight = undefined;
     }
-    if (this.pending > 0) this.schedule();
+    if (this.completed.length + this.failed.length > 0) this.schedule();
   }
 
   private async writeBatch(): Promise<void> {
@@ -78,12 +86,15 @@ export class ReleaseBatcher {
     this.failed = [];
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.write(
-          completed,
-          failed.map((f) => f.id),
-          failed.map((f) => f.error),
-          failed.map((f) => f.delayMs),
+        const busy = new Set(
+          await this.write(
+            completed,
+            failed.map((f) => f.id),
+            failed.map((f) => f.error),
+            failed.map((f) => f.delayMs),
+          ),
         );
+        if (busy.size > 0) this.holdUp(completed.filter((id) => busy.has(id)), failed.filter((f) => busy.has(f.id)));
         return;
       } catch (error) {
         this.onError(error);
@@ -94,9 +105,36 @@ export class ReleaseBatcher {
     }
   }
 
-  /** Flushes what is left; retries are cut short from here on. */
+  /** Sets aside releases someone else's row lock held up, and tries them again after a pause. */
+  private holdUp(completed: string[], failed: Failure[]): void {
+    this.heldUp.completed.push(...completed);
+    this.heldUp.failed.push(...failed);
+    this.heldUpTimer ??= setTimeout(() => this.retryHeldUp(), HELD_UP_RETRY_MS);
+  }
+
+  private retryHeldUp(): void {
+    clearTimeout(this.heldUpTimer);
+    this.heldUpTimer = undefined;
+    this.completed.push(...this.heldUp.completed);
+    this.failed.push(...this.heldUp.failed);
+    this.heldUp = { completed: [], failed: [] };
+    this.schedule();
+  }
+
+  /**
+   * Flushes what is left; retries are cut short from here on. A release still held up by
+   * someone else's lock after a few more tries is left: its job stays locked by this worker.
+   */
   async stop(): Promise<void> {
     this.stopping.abort();
-    await this.flush();
+    for (let attempt = 1; ; attempt++) {
+      if (this.heldUpTimer) this.retryHeldUp();
+      await this.flush();
+      if (!this.heldUpTimer || attempt >= 5) break;
+      await sleep(backoffMs(attempt));
+    }
+    clearTimeout(this.heldUpTimer);
+    this.heldUpTimer = undefined;
+    this.heldUp = { completed: [], failed: [] };
   }
 }
