@@ -2,15 +2,20 @@
  * The test app of worker-processes.ts: a worker in a process of its own, for tests that
  * kill or signal processes. It prints `ready <workerId>` once its worker has started.
  * Tasks: `record` (inserts the job id and the pid into the test's `runs` table) and
- * `sleep` ({ ms }; prints `started sleep <id>` and `finished sleep <id>`).
- * Environment: DATABASE_URL, CONCURRENCY (default 4).
+ * `sleep` ({ ms }; prints `started sleep <id>` and `finished sleep <id>`); with CRON=1 also
+ * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
+ * the job id and the pid into the test's `ticks` table.
+ * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`).
+ * Warnings and errors are printed, so the worker's `<what> failed, retrying: …` lines are in
+ * the output a test reads.
  */
 import 'reflect-metadata';
-import { Injectable, Module } from '@nestjs/common';
+import { Injectable, Module, type Provider } from '@nestjs/common';
+import { Cron, CronExpression } from '@nestjs/schedule';
 import { DataSource } from 'typeorm';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { JobQueueModule, JobQueueWorker, Task, type JobContext } from '../../libs/job-queue/src';
+import { JobQueueModule, JobQueueWorker, Task, type CronPayload, type JobContext } from '../../libs/job-queue/src';
 
 @Injectable()
 class ProcessTasks {
@@ -30,12 +35,32 @@ class ProcessTasks {
   }
 }
 
+/** CRON=1: every process schedules `tick`; each tick becomes one job, run by one of them. */
+@Injectable()
+class CronTasks {
+  constructor(private readonly dataSource: DataSource) {}
+
+  /** Records the tick in the test's `ticks` table (its job is deleted once it succeeds). */
+  @Task('tick')
+  @Cron(CronExpression.EVERY_SECOND)
+  async tick(payload: CronPayload, ctx: JobContext) {
+    await this.dataSource.query('insert into ticks (ts, backfilled, job_id, pid) values ($1, $2, $3, $4)', [
+      payload._cron.ts,
+      payload._cron.backfilled,
+      ctx.job.id,
+      process.pid,
+    ]);
+  }
+}
+
+const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [CronTasks] : [])];
+
 @Module({
   imports: [
     TypeOrmModule.forRoot({ type: 'postgres', url: process.env.DATABASE_URL, retryAttempts: 0 }),
     JobQueueModule.forRoot({ concurrency: Number(process.env.CONCURRENCY ?? 4), pollInterval: 200 }),
   ],
-  providers: [ProcessTasks],
+  providers,
 })
 class WorkerProcessModule {}
 
