@@ -1,21 +1,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
-import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import type { JobQueueEvent } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { countingTask } from '../support/tasks';
 import { waitFor, waitForNoJobs } from '../support/wait';
 
-const runs = new Map<string, number>();
-
-@Injectable()
-class SchemaTasks {
-  @Task('work')
-  async work(_payload: unknown, ctx: JobContext) {
-    runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
-  }
-}
+const { provider: SchemaTasks, runs } = countingTask('work');
 
 /**
  * A rolling deploy: a newer replica migrates the jobs table while this one runs. Every

@@ -1,20 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
-import { Task } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { recordingTask } from '../support/tasks';
 
-const ran: string[] = [];
-
-@Injectable()
-class QueueTasks {
-  @Task('record')
-  async record(payload: { name: string }) {
-    ran.push(payload.name);
-  }
-}
+const { provider: QueueTasks, ran } = recordingTask('record');
 
 /** A named queue whose head this worker may not run waits behind it; nothing else does. */
 describe('a named queue blocked at its head', () => {

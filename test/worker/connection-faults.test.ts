@@ -1,23 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
-import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import type { JobQueueEvent } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { listenerPids, terminateConnections } from '../support/connections';
 import { connect, createTestDatabase } from '../support/database';
+import { countingTask } from '../support/tasks';
 import { waitFor, waitForNoJobs } from '../support/wait';
 
-const runs = new Map<string, number>();
-
-@Injectable()
-class FaultTasks {
-  @Task('work')
-  async work(_payload: unknown, ctx: JobContext) {
-    runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
-    await new Promise((resolve) => setTimeout(resolve, 10)); // 2,000 jobs drain in about two seconds: the kills land mid-drain
-  }
-}
+// 2,000 jobs drain in about two seconds: the kills land mid-drain
+const { provider: FaultTasks, runs } = countingTask('work', { delayMs: 10 });
 
 describe('connection faults', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;

@@ -1,23 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
-import { Task, type Job, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import type { Job, JobQueueEvent } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect } from '../support/database';
 import { PrivatePostgres } from '../support/private-postgres';
+import { countingTask } from '../support/tasks';
 import { nextEvent, waitFor, waitForNoJobs } from '../support/wait';
 
-const runs = new Map<string, number>();
-
-@Injectable()
-class RestartTasks {
-  @Task('work')
-  async work(_payload: unknown, ctx: JobContext) {
-    runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
-    await new Promise((resolve) => setTimeout(resolve, 5)); // a drain that takes long enough to be cut in two
-  }
-}
+// a drain that takes long enough to be cut in two
+const { provider: RestartTasks, runs } = countingTask('work', { delayMs: 5 });
 
 describe('a PostgreSQL restart under a running worker', () => {
   let postgres: PrivatePostgres;
