@@ -78,10 +78,15 @@ async function claimCompleteLoop(client: Client, workerId: string, batchSize: nu
   for (;;) {
     const claimed = await client.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId] });
     if (claimed.rows.length === 0) return done;
-    const ids = claimed.rows.map((row) => row.id);
-    const released = await client.query<{ released: number }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, [], [], []] });
-    if (released.rows[0].released !== ids.length) throw new Error(`plain SQL: released ${released.rows[0].released} of ${ids.length} claimed jobs`);
-    done += ids.length;
+    // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
+    let ids = claimed.rows.map((row) => row.id);
+    while (ids.length > 0) {
+      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, [], [], []] });
+      const { released: count, busy } = released.rows[0];
+      if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
+      done += count;
+      ids = busy;
+    }
   }
 }
 

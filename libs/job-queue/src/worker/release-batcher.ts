@@ -9,21 +9,29 @@ interface Failure {
 /** Writes one batch; resolves with the ids it could not write yet because someone else holds their row lock. */
 export type FlushReleases = (completed: string[], failedIds: string[], errors: string[], delaysMs: number[]) => Promise<string[]>;
 
-/** How long a release held up by someone else's row lock waits before it is tried again. */
-const HELD_UP_RETRY_MS = 50;
+/**
+ * How long a release held up by a row lock waits before it is tried again: at once at
+ * first, since most such locks are a concurrent claim's, gone within a millisecond (a claim
+ * that meets a row this worker just claimed may hold it to the end of its statement); then
+ * longer, up to HELD_UP_MAX_MS, for a caller's transaction that may stay open a while.
+ */
+const heldUpRetryMs = (tries: number) => Math.min(HELD_UP_MAX_MS, 4 ** (tries - 1));
+const HELD_UP_MAX_MS = 100;
 
 /**
  * Collects finished jobs and writes them in batches: one statement per flush, at most one
  * flush in flight; what finishes meanwhile waits for the next flush. A failing flush is
  * retried with backoff, never dropped: the jobs stay locked by this worker until it lands.
  * A job whose row someone else has locked is set aside and tried again a little later,
- * alone, so that it never holds up the others.
+ * so that it never holds up the others.
  */
 export class ReleaseBatcher {
   private completed: string[] = [];
   private failed: Failure[] = [];
   private heldUp: { completed: string[]; failed: Failure[] } = { completed: [], failed: [] };
   private heldUpTimer?: NodeJS.Timeout;
+  /** Per held-up job, how many flushes in a row found it locked. */
+  private readonly heldUpTries = new Map<string, number>();
   private timer?: NodeJS.Timeout;
   private inFlight?: Promise<void>;
   private readonly stopping = new AbortController();
@@ -94,6 +102,7 @@ export class ReleaseBatcher {
             failed.map((f) => f.delayMs),
           ),
         );
+        for (const id of [...completed, ...failed.map((f) => f.id)]) if (!busy.has(id)) this.heldUpTries.delete(id);
         if (busy.size > 0) this.holdUp(completed.filter((id) => busy.has(id)), failed.filter((f) => busy.has(f.id)));
         return;
       } catch (error) {
@@ -109,7 +118,13 @@ export class ReleaseBatcher {
   private holdUp(completed: string[], failed: Failure[]): void {
     this.heldUp.completed.push(...completed);
     this.heldUp.failed.push(...failed);
-    this.heldUpTimer ??= setTimeout(() => this.retryHeldUp(), HELD_UP_RETRY_MS);
+    let tries = Infinity;
+    for (const id of [...completed, ...failed.map((f) => f.id)]) {
+      const n = (this.heldUpTries.get(id) ?? 0) + 1;
+      this.heldUpTries.set(id, n);
+      tries = Math.min(tries, n);
+    }
+    this.heldUpTimer ??= setTimeout(() => this.retryHeldUp(), heldUpRetryMs(tries));
   }
 
   private retryHeldUp(): void {
@@ -136,5 +151,6 @@ export class ReleaseBatcher {
     clearTimeout(this.heldUpTimer);
     this.heldUpTimer = undefined;
     this.heldUp = { completed: [], failed: [] };
+    this.heldUpTries.clear();
   }
 }
