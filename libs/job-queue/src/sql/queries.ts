@@ -128,21 +128,22 @@ export function createQueries(schema: string) {
     /**
      * One flush of the release batches for worker $1: deletes the jobs that succeeded ($2),
      * and for the ones that failed ($3 ids, $4 errors, $5 retry delays in ms) records the
-     * error, unlocks them and moves run_at. Only rows this worker still holds are touched,
-     * and none that someone else has row-locked (a caller's open transaction replacing a
-     * keyed job, say): those come back in `busy`, for a later flush, so that one lock holds
-     * up one job and never the worker's other releases.
+     * error, unlocks them and moves run_at. Only rows this worker still holds are touched.
+     * A keyed job can be row-locked by a caller for as long as the caller's transaction
+     * lasts (add_job replacing it while it runs): keyed rows are taken SKIP LOCKED, and
+     * those someone holds come back in `busy`, for a later flush, so that one lock holds up
+     * one job and never the worker's others. Keyless rows nobody locks for long: they are
+     * taken directly, which spares the drain a lock record per job.
      */
     releaseJobs: `
       with held as materialized (
-        -- the lock an update takes (a delete takes more): a key share from a referencing row does not stop it
         select id from ${s}.jobs
-        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1
+        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1 and key is not null
         for no key update skip locked
       ),
       completed as (
-        delete from ${s}.jobs j using held h
-        where j.id = h.id and j.id = any($2::bigint[])
+        delete from ${s}.jobs j
+        where j.id = any($2::bigint[]) and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
         returning j.queue_name
       ),
       failed as (
@@ -150,15 +151,15 @@ export function createQueries(schema: string) {
           last_error = f.error,
           run_at = now() + f.delay_ms * interval '1 millisecond',
           locked_at = null, locked_by = null, updated_at = now()
-        from unnest($3::bigint[], $4::text[], $5::float8[]) as f(id, error, delay_ms), held h
-        where j.id = f.id and h.id = f.id
+        from unnest($3::bigint[], $4::text[], $5::float8[]) as f(id, error, delay_ms)
+        where j.id = f.id and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
         returning j.queue_name
       ),
       released as (select queue_name from completed union all select queue_name from failed),
       ${unlockQueuesOf('released', '$1')},
       busy as (
         select id from ${s}.jobs
-        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1 and id not in (select id from held)
+        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1 and key is not null and id not in (select id from held)
       )
       select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken,
              array(select id::text from busy) as busy`,
