@@ -69,7 +69,8 @@ describe('migrations', () => {
     const db = await createTestDatabase('ledger');
     const sql = await connect(db.url);
     // a team that runs the job-queue migrations through its own DataSource, and keeps the module's default migrationsRun
-    const viaTypeOrm = () => createTestApp({ url: db.url, typeOrm: { migrations: JobQueueMigrations, migrationsRun: true }, jobQueue: { worker: false, externalTasks: '*' } });
+    const viaTypeOrm = (migrationsTransactionMode: 'all' | 'none' = 'all') =>
+      createTestApp({ url: db.url, typeOrm: { migrations: JobQueueMigrations, migrationsRun: true, migrationsTransactionMode }, jobQueue: { worker: false, externalTasks: '*' } });
     const viaModule = () => createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
     const ledgers = async () => ({
       ours: (await sql.query('select name from job_queue.migrations order by id')).rows.map((r) => r.name),
@@ -94,13 +95,15 @@ describe('migrations', () => {
       await later.close();
       assert.deepEqual(await ledgers(), { ours: ['CreateJobTables1763700000000'], typeorm: ['CreateJobTables1763700000000'] });
 
-      // both kinds booting at once on an empty database
-      await reset();
-      const apps = await Promise.all([viaTypeOrm(), viaModule(), viaModule()]); // one TypeORM runner: two would race to create TypeORM's own table
-      for (const t of apps) await t.jobs.add('works');
-      await Promise.all(apps.map((t) => t.close()));
-      assert.deepEqual((await ledgers()).ours, ['CreateJobTables1763700000000']);
-      assert.equal((await sql.query(`select count(*)::int as n from job_queue.jobs`)).rows[0].n, 3);
+      // both kinds booting at once on an empty database, TypeORM's runner with and without its own transaction
+      for (const mode of ['all', 'none'] as const) {
+        await reset();
+        const apps = await Promise.all([viaTypeOrm(mode), viaModule(), viaModule()]); // one TypeORM runner: two would race to create TypeORM's own table
+        for (const t of apps) await t.jobs.add('works');
+        await Promise.all(apps.map((t) => t.close()));
+        assert.deepEqual((await ledgers()).ours, ['CreateJobTables1763700000000'], `TypeORM mode ${mode}`);
+        assert.equal((await sql.query(`select count(*)::int as n from job_queue.jobs`)).rows[0].n, 3);
+      }
     } finally {
       await sql.end();
       await db.drop();

@@ -12,7 +12,7 @@ export interface TestAppOptions {
   entities?: Function[];
   jobQueue?: JobQueueModuleOptions;
   /** More options for the app's TypeORM DataSource (its own migrations, say). */
-  typeOrm?: { migrations?: Function[]; migrationsRun?: boolean; extra?: Record<string, unknown> };
+  typeOrm?: { migrations?: Function[]; migrationsRun?: boolean; migrationsTransactionMode?: 'all' | 'none' | 'each'; extra?: Record<string, unknown> };
   /** Where Nest logs go (default: nowhere, or the console with TEST_LOGS set). */
   logger?: LoggerService;
 }

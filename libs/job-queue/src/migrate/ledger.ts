@@ -11,15 +11,27 @@ import { quoteIdentifier } from '../sql/identifier';
  * run, by either runner, finds it applied and does nothing.
  */
 export async function applyOnce(q: QueryRunner, schema: string, name: string, apply: () => Promise<void>): Promise<boolean> {
-  const s = quoteIdentifier(schema);
-  // Held to the end of the caller's transaction: two runners serialise here.
-  await q.query('select pg_advisory_xact_lock(hashtext($1))', [migrationLockKey(schema)]);
-  await createLedger(q, schema);
-  const found = await q.query(`select 1 from ${s}.migrations where name = $1`, [name]);
-  if (found.length > 0) return false;
-  await apply();
-  await q.query(`insert into ${s}.migrations (timestamp, name) values ($1, $2)`, [Number(name.slice(-13)), name]);
-  return true;
+  // A runner that calls up() outside a transaction (TypeORM's migrationsTransactionMode
+  // 'none') gets one here: the lock, the check, the change and its record hold together.
+  const own = !q.isTransactionActive;
+  if (own) await q.startTransaction();
+  try {
+    const s = quoteIdentifier(schema);
+    // Held to the end of the transaction: two runners serialise here.
+    await q.query('select pg_advisory_xact_lock(hashtext($1))', [migrationLockKey(schema)]);
+    await createLedger(q, schema);
+    const found = await q.query(`select 1 from ${s}.migrations where name = $1`, [name]);
+    const applied = found.length === 0;
+    if (applied) {
+      await apply();
+      await q.query(`insert into ${s}.migrations (timestamp, name) values ($1, $2)`, [Number(name.slice(-13)), name]);
+    }
+    if (own) await q.commitTransaction();
+    return applied;
+  } catch (error) {
+    if (own) await q.rollbackTransaction();
+    throw error;
+  }
 }
 
 /** For a migration's down(): forgets it was applied. */

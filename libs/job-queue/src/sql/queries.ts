@@ -169,13 +169,14 @@ export function createQueries(schema: string) {
      * used returned, and frees its queues: at shutdown, after in-flight jobs had their chance.
      * By worker rather than by id, so that a claim whose reply was lost is given back too;
      * without an index on locked_by (it would cost a write per claim) this scans the table,
-     * once per shutdown. A row someone else has row-locked is skipped rather than waited for.
+     * once per shutdown. It waits for a row lock someone else holds (skipping the row would
+     * leave its job locked by a stopped worker, its queue unlocked behind it).
      */
     giveBackJobs: `
       with given_back as (
         update ${s}.jobs set
           attempts = greatest(attempts - 1, 0), locked_at = null, locked_by = null, updated_at = now()
-        where id in (select id from ${s}.jobs where locked_by = $1 for update skip locked)
+        where locked_by = $1
         returning id
       ),
       unlocked as (

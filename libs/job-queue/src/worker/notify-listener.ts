@@ -84,9 +84,11 @@ export class NotifyListener {
     client.removeAllListeners('notification');
     // From here on only this method releases the client: an error now must not release it twice.
     client.removeAllListeners('error');
-    client.on('error', () => {});
+    const ignore = () => {};
+    client.on('error', ignore);
     try {
       await client.query('unlisten *');
+      client.off('error', ignore); // back to the pool with only the pool's own listener
       client.release();
     } catch {
       client.release(true);

@@ -137,20 +137,23 @@ export class ReleaseBatcher {
   }
 
   /**
-   * Flushes what is left; retries are cut short from here on. A release still held up by
-   * someone else's lock after a few more tries is left: its job stays locked by this worker.
+   * Flushes what is left; failed flushes are retried only a few times from here on. A
+   * release held up by someone else's row lock is retried until it is written: dropping it
+   * would leave the give-back that follows to return a finished job to the queue.
    */
   async stop(): Promise<void> {
     this.stopping.abort();
-    for (let attempt = 1; ; attempt++) {
+    for (;;) {
       if (this.heldUpTimer) this.retryHeldUp();
       await this.flush();
-      if (!this.heldUpTimer || attempt >= 5) break;
-      await sleep(backoffMs(attempt));
+      while (this.inFlight) await this.inFlight;
+      if (this.pending === 0) break;
+      await sleep(HELD_UP_MAX_MS);
     }
+    clearTimeout(this.timer);
+    this.timer = undefined;
     clearTimeout(this.heldUpTimer);
     this.heldUpTimer = undefined;
-    this.heldUp = { completed: [], failed: [] };
     this.heldUpTries.clear();
   }
 }
