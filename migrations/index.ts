@@ -1,6 +1,7 @@
 import type { MigrationInterface } from 'typeorm';
 import { validateSchemaName } from '../libs/job-queue/src/sql/identifier';
 import { createJobTablesMigration } from './1763700000000-create-job-tables';
+import { createRecoveryAndQueueOrderMigration } from './1763800000000-recovery-and-queue-order';
 
 /**
  * The migrations for a schema, oldest first. The module runs them itself at startup
@@ -9,7 +10,7 @@ import { createJobTablesMigration } from './1763700000000-create-job-tables';
  */
 export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => MigrationInterface> {
   validateSchemaName(schema);
-  return [createJobTablesMigration(schema)];
+  return [createJobTablesMigration(schema), createRecoveryAndQueueOrderMigration(schema)];
 }
 
 /** The migrations for the default schema `job_queue`. */

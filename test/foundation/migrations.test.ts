@@ -7,6 +7,9 @@ import { Module } from '@nestjs/common';
 import { createTestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 
+/** Every migration, oldest first. */
+const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000'];
+
 describe('migrations', () => {
   it('several app instances booting at once on an empty database migrate it once', async () => {
     const db = await createTestDatabase('migrate');
@@ -14,9 +17,9 @@ describe('migrations', () => {
     try {
       const sql = await connect(db.url);
       const { rows } = await sql.query('select name from job_queue.migrations');
-      assert.deepEqual(rows.map((r) => r.name), ['CreateJobTables1763700000000']);
+      assert.deepEqual(rows.map((r) => r.name), ALL_MIGRATIONS);
       const tables = (await sql.query(`select tablename from pg_tables where schemaname = 'job_queue' order by 1`)).rows;
-      assert.deepEqual(tables.map((r) => r.tablename), ['job_queues', 'jobs', 'known_crontabs', 'migrations', 'workers']);
+      assert.deepEqual(tables.map((r) => r.tablename), ['job_queues', 'jobs', 'known_crontabs', 'leases', 'migrations', 'workers']);
       await sql.end();
       // every instance works
       for (const [i, t] of apps.entries()) await t.jobs.add('hello', { i });
@@ -50,7 +53,7 @@ describe('migrations', () => {
     try {
       await dataSource.initialize();
       const ran = await dataSource.runMigrations();
-      assert.deepEqual(ran.map((m) => m.name), ['CreateJobTables1763700000000']);
+      assert.deepEqual(ran.map((m) => m.name), ALL_MIGRATIONS);
       const [job] = await dataSource.query(`select * from cli_queue.add_job('from_cli')`);
       assert.equal(job.task_identifier, 'from_cli');
       // an app on that schema with migrationsRun: false uses the tables as they are
@@ -85,7 +88,7 @@ describe('migrations', () => {
       const both = await viaTypeOrm();
       await both.jobs.add('works');
       await both.close();
-      assert.deepEqual(await ledgers(), { ours: ['CreateJobTables1763700000000'], typeorm: ['CreateJobTables1763700000000'] });
+      assert.deepEqual(await ledgers(), { ours: ALL_MIGRATIONS, typeorm: ALL_MIGRATIONS });
 
       // the module first, then an app whose TypeORM runner finds the tables made
       await reset();
@@ -93,7 +96,7 @@ describe('migrations', () => {
       const later = await viaTypeOrm();
       await later.jobs.add('works');
       await later.close();
-      assert.deepEqual(await ledgers(), { ours: ['CreateJobTables1763700000000'], typeorm: ['CreateJobTables1763700000000'] });
+      assert.deepEqual(await ledgers(), { ours: ALL_MIGRATIONS, typeorm: ALL_MIGRATIONS });
 
       // both kinds booting at once on an empty database, TypeORM's runner with and without its own transaction
       for (const mode of ['all', 'none'] as const) {
@@ -101,7 +104,7 @@ describe('migrations', () => {
         const apps = await Promise.all([viaTypeOrm(mode), viaModule(), viaModule()]); // one TypeORM runner: two would race to create TypeORM's own table
         for (const t of apps) await t.jobs.add('works');
         await Promise.all(apps.map((t) => t.close()));
-        assert.deepEqual((await ledgers()).ours, ['CreateJobTables1763700000000'], `TypeORM mode ${mode}`);
+        assert.deepEqual((await ledgers()).ours, ALL_MIGRATIONS, `TypeORM mode ${mode}`);
         assert.equal((await sql.query(`select count(*)::int as n from job_queue.jobs`)).rows[0].n, 3);
       }
     } finally {

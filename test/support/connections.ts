@@ -19,10 +19,10 @@ export async function terminateConnections(sql: Queryable, where = 'true', value
   return rows[0].n as number;
 }
 
-/** Backends of this database whose last statement was a LISTEN: the workers' wake-up connections. */
+/** The workers' pinned connections (LISTEN, heartbeats, maintenance) on this database, by their application_name. */
 export async function listenerPids(sql: Queryable): Promise<number[]> {
   const { rows } = await sql.query(
-    `select pid from pg_stat_activity where datname = current_database() and query ilike 'listen %' and pid <> pg_backend_pid() order by pid`,
+    `select pid from pg_stat_activity where datname = current_database() and application_name like 'nestjs-job-queue worker %' and pid <> pg_backend_pid() order by pid`,
   );
   return rows.map((r) => r.pid as number);
 }

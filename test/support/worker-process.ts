@@ -1,11 +1,15 @@
 /**
  * The test app of worker-processes.ts: a worker in a process of its own, for tests that
  * kill or signal processes. It prints `ready <workerId>` once its worker has started.
- * Tasks: `record` (inserts the job id and the pid into the test's `runs` table) and
- * `sleep` ({ ms }; prints `started sleep <id>` and `finished sleep <id>`); with CRON=1 also
+ * Tasks: `record` (inserts the job id, the pid and the attempt into the test's `runs`
+ * table: job_id, pid, attempt), `sleep` ({ ms }; prints `started sleep <id>` and
+ * `finished sleep <id>`; ignores its signal, as a stuck handler does) and `nap` ({ ms };
+ * like `record` once it has slept, honouring its signal); with CRON=1 also
  * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
  * the job id and the pid into the test's `ticks` table.
- * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`).
+ * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
+ * and the module's durations when set: HEARTBEAT_INTERVAL, WORKER_TIMEOUT, SHUTDOWN_GRACE
+ * (ms). The pool's connections are named `worker-<pid>` in pg_stat_activity.
  * Warnings and errors are printed, so the worker's `<what> failed, retrying: …` lines are in
  * the output a test reads.
  */
@@ -24,7 +28,16 @@ class ProcessTasks {
   /** Records which process ran which job, in the test's `runs` table. */
   @Task('record')
   async record(_payload: unknown, ctx: JobContext) {
-    await this.dataSource.query('insert into runs (job_id, pid) values ($1, $2)', [ctx.job.id, process.pid]);
+    await this.dataSource.query('insert into runs (job_id, pid, attempt) values ($1, $2, $3)', [ctx.job.id, process.pid, ctx.job.attempts]);
+  }
+
+  @Task('nap')
+  async nap(payload: { ms: number }, ctx: JobContext) {
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(resolve, payload.ms);
+      ctx.signal.addEventListener('abort', () => (clearTimeout(timer), reject(ctx.signal.reason)));
+    });
+    await this.record(payload, ctx);
   }
 
   @Task('sleep')
@@ -57,8 +70,19 @@ const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [Cro
 
 @Module({
   imports: [
-    TypeOrmModule.forRoot({ type: 'postgres', url: process.env.DATABASE_URL, retryAttempts: 0 }),
-    JobQueueModule.forRoot({ concurrency: Number(process.env.CONCURRENCY ?? 4), pollInterval: 200 }),
+    TypeOrmModule.forRoot({
+      type: 'postgres',
+      url: process.env.DATABASE_URL,
+      retryAttempts: 0,
+      extra: { application_name: `worker-${process.pid}`, max: 20 },
+    }),
+    JobQueueModule.forRoot({
+      concurrency: Number(process.env.CONCURRENCY ?? 4),
+      pollInterval: 200,
+      ...(process.env.HEARTBEAT_INTERVAL ? { heartbeatInterval: Number(process.env.HEARTBEAT_INTERVAL) } : {}),
+      ...(process.env.WORKER_TIMEOUT ? { workerTimeout: Number(process.env.WORKER_TIMEOUT) } : {}),
+      ...(process.env.SHUTDOWN_GRACE ? { shutdownGracePeriod: Number(process.env.SHUTDOWN_GRACE) } : {}),
+    }),
   ],
   providers,
 })

@@ -49,7 +49,10 @@ describe('named queues', () => {
       specs.push({ identifier: 'free', payload: { queue: '', seq: 0 } }, { identifier: 'free', payload: { queue: '', seq: 1 } });
       const jobs = await t.jobs.addMany(specs);
       const database = t.app.get(JobQueueDatabase);
-      const claim = (worker: string) => database.pool.query(database.sql.claimJobs, [['step', 'free'], [], 20, worker]);
+      // claims need their worker's row: one without (declared dead, say) gets nothing
+      const claim = (worker: string) => database.pool.query(database.sql.claimJobs, [['step', 'free'], [], 20, worker, 20]);
+      assert.deepEqual((await claim('w1')).rows, [], 'a worker with no row claims nothing');
+      await database.pool.query(`insert into job_queue.workers (id) values ('w1'), ('w2')`);
       const first = await claim('w1');
       const firstIds = first.rows.map((r) => String(r.id)).sort((x, y) => Number(x) - Number(y));
       const heads = jobs.filter((j) => (j.payload as { seq: number }).seq === 0 && j.queueName).map((j) => j.id);
@@ -64,6 +67,7 @@ describe('named queues', () => {
       const sql = await connect(db.url);
       await sql.query(`delete from job_queue.jobs`);
       await sql.query(`update job_queue.job_queues set locked_at = null, locked_by = null`);
+      await sql.query(`delete from job_queue.workers where id in ('w1', 'w2')`);
       await sql.end();
       await t.close();
     }

@@ -21,7 +21,7 @@ describe('a PostgreSQL restart under two worker processes and an every-second cr
     sql = await connect(postgres.url);
     // `server` is the start time of the server that wrote the row: before or after the restart
     const written = 'at timestamptz not null default clock_timestamp(), server timestamptz not null default pg_postmaster_start_time()';
-    await sql.query(`create table runs (job_id bigint not null, pid int not null, ${written})`);
+    await sql.query(`create table runs (job_id bigint not null, pid int not null, attempt int not null, ${written})`);
     await sql.query(`create table ticks (ts timestamptz not null, backfilled boolean not null, job_id bigint not null, pid int not null, ${written})`);
   });
   after(async () => {

@@ -12,7 +12,7 @@ describe('worker processes', () => {
   before(async () => {
     db = await createTestDatabase('processes');
     sql = await connect(db.url);
-    await sql.query('create table runs (job_id bigint not null, pid int not null)');
+    await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
   });
   afterEach(() => stopWorkerProcesses());
   after(async () => {

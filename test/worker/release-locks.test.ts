@@ -12,11 +12,14 @@ const ran = new Set<string>();
 
 @Injectable()
 class LockTasks {
-  /** Runs until the test lets it finish. */
+  /** Runs until the test lets it finish (or the shutdown aborts it). */
   @Task('keyed')
   async keyed(_payload: unknown, ctx: JobContext) {
     ran.add(ctx.job.id);
-    await new Promise<void>((resolve) => (finishKeyed = resolve));
+    await new Promise<void>((resolve, reject) => {
+      finishKeyed = resolve;
+      ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason));
+    });
   }
 
   @Task('quick')

@@ -32,7 +32,10 @@ export type JobQueueErrorCode =
   | 'JQ_INVALID_TIME_ZONE'
   | 'JQ_DUPLICATE_CRON'
   | 'JQ_REQUEST_SCOPED_CRON'
-  | 'JQ_INVALID_CRONTAB';
+  | 'JQ_INVALID_CRONTAB'
+  // running jobs
+  | 'JQ_JOB_TIMEOUT'
+  | 'JQ_WORKER_LOST';
 
 export class JobQueueError extends Error {
   override readonly name = 'JobQueueError';

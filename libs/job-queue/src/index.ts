@@ -6,6 +6,7 @@ export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode } from './service/
 export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decorator';
 export type { JobContext, JobInfo, CronPayload } from './decorators/job-context';
 export { JobQueueWorker } from './worker/job-queue.worker';
+export { JobQueueMaintenance } from './maintenance/maintenance';
 export type { JobQueueEvent, JobQueueEventType } from './worker/events';
 export { JobQueueError, isJobQueueError, type JobQueueErrorCode } from './errors';
 export {

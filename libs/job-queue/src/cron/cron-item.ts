@@ -1,7 +1,7 @@
 import { CronTime } from 'cron';
 import { JobQueueError } from '../errors';
 import { validateJob } from '../service/validate-job-spec';
-import { parseDuration } from './duration';
+import { parseDuration } from '../duration';
 
 /** One recurring job: which task, when, and what its jobs carry. */
 export interface CronItem {

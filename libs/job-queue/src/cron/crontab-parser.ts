@@ -1,6 +1,6 @@
 import { JobQueueError } from '../errors';
 import type { CronItemSpec } from './cron-item';
-import { parseDuration } from './duration';
+import { parseDuration } from '../duration';
 
 /**
  * Parses graphile-worker's crontab syntax, one schedule per line:

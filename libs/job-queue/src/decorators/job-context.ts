@@ -19,7 +19,11 @@ export interface JobContext {
   job: JobInfo;
   /** A Nest logger whose context names the task and the job. */
   logger: Logger;
-  /** Aborted when the worker shuts down and the grace period is over. */
+  /**
+   * Aborted, with a reason saying why, when the job runs past its timeout (JQ_JOB_TIMEOUT),
+   * when the worker shuts down and the grace period is over, and when the worker learns it
+   * lost the job (JQ_WORKER_LOST). Pass it on to what the handler awaits.
+   */
   signal: AbortSignal;
   /** Adds another job: the same signature as `JobQueueService.add`. */
   addJob: <P = unknown>(identifier: string, payload?: P, spec?: JobSpec) => Promise<Job<P>>;

@@ -1,6 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { takeCronMetadata, type NestCronOptions } from '../cron/cron-metadata';
+import { parseDuration } from '../duration';
 import { JobQueueError } from '../errors';
 import { validateJob } from '../service/validate-job-spec';
 import type { JobContext } from './job-context';
@@ -17,6 +18,8 @@ export interface RegisteredTask {
   location: string;
   /** `@Cron` options from @nestjs/schedule, when the method has both decorators. */
   cron?: NestCronOptions;
+  /** The task's own `timeout`, in ms; the module's `jobTimeout` applies when it has none. */
+  timeoutMs?: number;
 }
 
 /** Finds every `@Task` method at startup, with Nest's DiscoveryService. */
@@ -84,6 +87,11 @@ export class TaskRegistry implements OnModuleInit {
     if (meta.options.retryDelay !== undefined && typeof meta.options.retryDelay !== 'function') {
       throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: retryDelay must be a function`);
     }
+    const { timeout } = meta.options;
+    const timeoutMs = timeout === undefined ? undefined : typeof timeout === 'number' || typeof timeout === 'string' ? parseDuration(timeout) : undefined;
+    if (timeout !== undefined && !(timeoutMs !== undefined && timeoutMs >= 1 && timeoutMs <= 86_400_000)) {
+      throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: timeout must be a duration from 1 ms to 1 day (ms, or a string such as '30s'), got ${JSON.stringify(timeout)}`);
+    }
     const existing = this.tasks.get(meta.identifier);
     if (existing) {
       throw new JobQueueError(
@@ -97,6 +105,7 @@ export class TaskRegistry implements OnModuleInit {
       handler,
       location,
       cron,
+      timeoutMs,
     });
   }
 

@@ -12,6 +12,13 @@ export interface TaskOptions {
   queueName?: string;
   /** Default priority for jobs of this task whose spec does not say. */
   priority?: number;
+  /**
+   * How long one attempt may run (ms, or a duration such as '30s'). When it is over,
+   * `ctx.signal` aborts and the attempt fails with JQ_JOB_TIMEOUT (retried as usual). A
+   * handler that ignores the signal keeps its job, which nothing else runs meanwhile, and
+   * is reported stuck. Default: the module's `jobTimeout`, else none.
+   */
+  timeout?: number | string;
   /** Replaces the default backoff, exp(min(10, attempts)) seconds. */
   retryDelay?: RetryDelay;
   /** Cron only: payload merged into `{ _cron }` of every scheduled job. */

@@ -27,6 +27,8 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @Column({ name: 'locked_by', type: 'text', nullable: true }) lockedBy!: string | null;
     @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
     @Column({ name: 'updated_at', type: 'timestamptz' }) updatedAt!: Date;
+    @Column({ name: 'started_at', type: 'timestamptz', nullable: true }) startedAt!: Date | null;
+    @Column({ name: 'first_run_at', type: 'timestamptz', nullable: true }) firstRunAt!: Date | null;
     @Column({ name: 'is_available', type: 'boolean', insert: false, update: false }) isAvailable!: boolean;
   }
 
@@ -49,6 +51,7 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @PrimaryColumn({ type: 'text' }) id!: string;
     @Column({ name: 'started_at', type: 'timestamptz' }) startedAt!: Date;
     @Column({ name: 'heartbeat_at', type: 'timestamptz' }) heartbeatAt!: Date;
+    @Column({ name: 'timeout_ms', type: 'integer' }) timeoutMs!: number;
   }
 
   return { JobEntity, JobQueueEntity, KnownCrontabEntity, WorkerEntity };

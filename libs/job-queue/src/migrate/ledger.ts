@@ -1,5 +1,22 @@
-import type { QueryRunner } from 'typeorm';
+import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { quoteIdentifier } from '../sql/identifier';
+
+/**
+ * A job-queue migration. One that builds indexes on the jobs table says so with
+ * `outsideTransaction`: our runner then calls it outside a transaction, so that it can build
+ * them `concurrently`, without blocking adds and claims. A TypeORM runner that calls it
+ * inside one (its default mode) gets plain index builds instead, which block writes to the
+ * table while they run (see the README). Such a migration must be safe to run again after a
+ * crash halfway: every step idempotent.
+ */
+export interface JobQueueMigration extends MigrationInterface {
+  readonly outsideTransaction?: boolean;
+}
+
+/** What a migration's steps get: whether they may build indexes concurrently. */
+export interface MigrationContext {
+  concurrently: boolean;
+}
 
 /**
  * The one record of which job-queue migrations a schema has: `<schema>.migrations`.
@@ -10,27 +27,89 @@ import { quoteIdentifier } from '../sql/identifier';
  * checks and writes this ledger itself: whoever runs it first applies it, and every later
  * run, by either runner, finds it applied and does nothing.
  */
-export async function applyOnce(q: QueryRunner, schema: string, name: string, apply: () => Promise<void>): Promise<boolean> {
+export async function applyOnce(
+  q: QueryRunner,
+  schema: string,
+  name: string,
+  apply: (context: MigrationContext) => Promise<void>,
+  { outsideTransaction = false } = {},
+): Promise<boolean> {
+  if (outsideTransaction && !q.isTransactionActive) return applyOutsideTransaction(q, schema, name, apply);
   // A runner that calls up() outside a transaction (TypeORM's migrationsTransactionMode
   // 'none') gets one here: the lock, the check, the change and its record hold together.
   const own = !q.isTransactionActive;
   if (own) await q.startTransaction();
   try {
-    const s = quoteIdentifier(schema);
     // Held to the end of the transaction: two runners serialise here.
-    await q.query('select pg_advisory_xact_lock(hashtext($1))', [migrationLockKey(schema)]);
-    await createLedger(q, schema);
-    const found = await q.query(`select 1 from ${s}.migrations where name = $1`, [name]);
-    const applied = found.length === 0;
-    if (applied) {
-      await apply();
-      await q.query(`insert into ${s}.migrations (timestamp, name) values ($1, $2)`, [Number(name.slice(-13)), name]);
-    }
+    await waitForLock(q, 'pg_try_advisory_xact_lock', schema);
+    const applied = await applyIfNew(q, schema, name, () => apply({ concurrently: false }));
     if (own) await q.commitTransaction();
     return applied;
   } catch (error) {
     if (own) await q.rollbackTransaction();
     throw error;
+  }
+}
+
+/**
+ * How long one step of a migration outside a transaction may wait for a lock (PostgreSQL's
+ * lock_timeout) before the migration steps aside and tries again. A step that queues for
+ * the jobs table's lock behind a long transaction would block every add and claim queued
+ * behind it; and a concurrent index build waits for every transaction holding a snapshot,
+ * which may be another runner's, waiting for this one's lock (TypeORM's runner waits inside
+ * its transaction). Stepping aside lets that runner go first.
+ */
+const STEP_LOCK_TIMEOUT_MS = 2_000;
+const MAX_TRIES = 100;
+
+/** Each step commits on its own; the session lock keeps other runners out meanwhile. */
+async function applyOutsideTransaction(
+  q: QueryRunner,
+  schema: string,
+  name: string,
+  apply: (context: MigrationContext) => Promise<void>,
+): Promise<boolean> {
+  for (let tries = 1; ; tries++) {
+    await waitForLock(q, 'pg_try_advisory_lock', schema);
+    try {
+      await q.query(`set lock_timeout = ${STEP_LOCK_TIMEOUT_MS}`);
+      return await applyIfNew(q, schema, name, () => apply({ concurrently: true }));
+    } catch (error) {
+      if ((error as { code?: string }).code !== '55P03' || tries >= MAX_TRIES) throw error;
+    } finally {
+      await q.query('reset lock_timeout');
+      await q.query('select pg_advisory_unlock(hashtext($1))', [migrationLockKey(schema)]);
+    }
+    // Longer than a waiting runner's poll (waitForLock), so that it gets the lock first.
+    await new Promise((resolve) => setTimeout(resolve, Math.min(400 + 100 * tries, 2_000)));
+  }
+}
+
+async function applyIfNew(q: QueryRunner, schema: string, name: string, apply: () => Promise<void>): Promise<boolean> {
+  const s = quoteIdentifier(schema);
+  await createLedger(q, schema);
+  const found = await q.query(`select 1 from ${s}.migrations where name = $1`, [name]);
+  if (found.length > 0) return false;
+  await apply();
+  await q.query(`insert into ${s}.migrations (timestamp, name) values ($1, $2)`, [Number(name.slice(-13)), name]);
+  return true;
+}
+
+/**
+ * Takes the migration lock by trying, not by waiting in a statement: `create index
+ * concurrently` waits for every transaction that is running a statement, and a runner
+ * blocked in `pg_advisory_lock` behind the one building the index would be one of them
+ * (a deadlock PostgreSQL resolves by failing one of the two).
+ */
+export async function waitForLock(
+  q: Pick<QueryRunner, 'query'>,
+  fn: 'pg_try_advisory_lock' | 'pg_try_advisory_xact_lock',
+  schema: string,
+): Promise<void> {
+  for (let wait = 10; ; wait = Math.min(wait * 2, 200)) {
+    const [row] = await q.query(`select ${fn}(hashtext($1)) as locked`, [migrationLockKey(schema)]);
+    if (row.locked) return;
+    await new Promise((resolve) => setTimeout(resolve, wait));
   }
 }
 
@@ -53,4 +132,23 @@ export async function createLedger(q: Pick<QueryRunner, 'query'>, schema: string
 
 export function migrationLockKey(schema: string): string {
   return `nestjs-job-queue:migrate:${schema}`;
+}
+
+/**
+ * Creates an index, concurrently when it may. A concurrent build that failed halfway leaves
+ * an invalid index behind, which `if not exists` would take for done: drop it first.
+ */
+export async function createIndex(q: QueryRunner, { concurrently }: MigrationContext, schema: string, name: string, definition: string): Promise<void> {
+  const s = quoteIdentifier(schema);
+  const [invalid] = await q.query(
+    `select 1 from pg_index i join pg_class c on c.oid = i.indexrelid join pg_namespace n on n.oid = c.relnamespace
+     where n.nspname = $1 and c.relname = $2 and not i.indisvalid`,
+    [schema, name],
+  );
+  if (invalid) await q.query(`drop index ${concurrently ? 'concurrently ' : ''}${s}.${quoteIdentifier(name)}`);
+  await q.query(`create index ${concurrently ? 'concurrently ' : ''}if not exists ${quoteIdentifier(name)} on ${s}.${definition}`);
+}
+
+export async function dropIndex(q: QueryRunner, { concurrently }: MigrationContext, schema: string, name: string): Promise<void> {
+  await q.query(`drop index ${concurrently ? 'concurrently ' : ''}if exists ${quoteIdentifier(schema)}.${quoteIdentifier(name)}`);
 }

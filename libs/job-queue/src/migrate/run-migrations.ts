@@ -1,34 +1,39 @@
 import type { DataSource, MigrationInterface } from 'typeorm';
 import { quoteIdentifier } from '../sql/identifier';
-import { createLedger, migrationLockKey } from './ledger';
+import { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
 /**
- * Applies the pending job-queue migrations at startup, each in its own transaction, under a
- * PostgreSQL advisory lock: replicas that start together wait for the first one and then
- * find nothing left to do. Each migration checks and records itself in `<schema>.migrations`
- * (see ledger.ts), so this agrees with a TypeORM runner given the same classes.
- * Returns the names of the migrations this call applied.
+ * Applies the pending job-queue migrations at startup, oldest first, each in its own
+ * transaction (or in none, for one that builds indexes concurrently). Each migration takes
+ * the schema's migration lock and checks `<schema>.migrations` itself (see ledger.ts), so
+ * replicas that start together wait for the first one and then find nothing left to do,
+ * and this agrees with a TypeORM runner given the same classes. No lock is held across
+ * migrations: a runner that waits inside its transaction (TypeORM's) may go between two.
+ * Returns the names of the migrations that were pending when it began.
  */
 export async function runJobQueueMigrations(
   dataSource: DataSource,
   schema: string,
   migrations: Array<new () => MigrationInterface>,
 ): Promise<string[]> {
-  const s = quoteIdentifier(schema);
-  const applied: string[] = [];
+  const pending: string[] = [];
   const runner = dataSource.createQueryRunner();
   await runner.connect();
   try {
-    await runner.query('select pg_advisory_lock(hashtext($1))', [migrationLockKey(schema)]);
-    try {
-      await createLedger(runner, schema);
-      const done = new Set<string>(
-        (await runner.query(`select name from ${s}.migrations`)).map((row: { name: string }) => row.name),
-      );
-      for (const Migration of migrations) {
-        const migration = new Migration();
-        const name = migration.name ?? Migration.name;
-        if (done.has(name)) continue;
+    const done = await appliedMigrations(runner, schema);
+    for (const Migration of migrations) {
+      const migration: JobQueueMigration = new Migration();
+      const name = migration.name ?? Migration.name;
+      if (done.has(name)) continue;
+      pending.push(name);
+      if (migration.outsideTransaction) {
+        await migration.up(runner);
+        continue;
+      }
+      // Wait for the lock before the transaction, not inside it: a transaction waiting
+      // holds a snapshot, which another runner's concurrent index build would wait for.
+      await waitForLock(runner, 'pg_try_advisory_lock', schema);
+      try {
         await runner.startTransaction();
         try {
           await migration.up(runner);
@@ -37,13 +42,18 @@ export async function runJobQueueMigrations(
           await runner.rollbackTransaction();
           throw error;
         }
-        applied.push(name);
+      } finally {
+        await runner.query('select pg_advisory_unlock(hashtext($1))', [migrationLockKey(schema)]);
       }
-    } finally {
-      await runner.query('select pg_advisory_unlock(hashtext($1))', [migrationLockKey(schema)]);
     }
   } finally {
     await runner.release();
   }
-  return applied;
+  return pending;
+}
+
+async function appliedMigrations(runner: { query(sql: string, values?: unknown[]): Promise<Array<{ name: string }>> }, schema: string): Promise<Set<string>> {
+  const [{ ledger }] = (await runner.query(`select to_regclass($1) is not null as ledger`, [`${quoteIdentifier(schema)}.migrations`])) as unknown as Array<{ ledger: boolean }>;
+  if (!ledger) return new Set();
+  return new Set((await runner.query(`select name from ${quoteIdentifier(schema)}.migrations`)).map((row) => row.name));
 }

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
-import type { Pool, QueryResultRow } from 'pg';
+import type { ClientBase, Pool, QueryResultRow } from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
 import { createJobQueueMigrations } from '../../../../migrations';
 import { createJobQueueEntities, JobQueueEntities } from '../entities/job-queue-entities';
@@ -67,9 +67,14 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    * parses and plans it once rather than on every job.
    */
   async run<Row extends QueryResultRow>(statement: Statement, values: unknown[], manager?: EntityManager): Promise<Row[]> {
-    const text = this.sql[statement];
-    if (manager) return manager.query(text, values);
-    const prepared = () => this.pool.query<Row>({ name: `jq_${this.options.schema}_${this.generation}_${statement}`, text, values });
+    if (manager) return manager.query(this.sql[statement], values);
+    return this.runOn(this.pool, statement, values);
+  }
+
+  /** Runs one statement as a named prepared statement on a connection of one's own (the worker's pinned one) or the pool. */
+  async runOn<Row extends QueryResultRow>(client: Pool | ClientBase, statement: Statement, values: unknown[]): Promise<Row[]> {
+    const prepared = () =>
+      client.query<Row>({ name: `jq_${this.options.schema}_${this.generation}_${statement}`, text: this.sql[statement], values });
     try {
       return (await prepared()).rows;
     } catch (error) {

@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { CronScheduler } from '../cron/cron-scheduler';
 import { TaskRegistry } from '../decorators/task-registry';
+import { JobQueueMaintenance } from '../maintenance/maintenance';
 import { JobQueueService } from '../service/job-queue.service';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { JobQueueDatabase } from './job-queue-database';
@@ -13,7 +14,7 @@ import { ConfigurableJobQueueModule } from './job-queue.module-definition';
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [JobQueueDatabase, TaskRegistry, JobQueueService, JobQueueWorker, CronScheduler],
-  exports: [JobQueueService, JobQueueWorker],
+  providers: [JobQueueDatabase, TaskRegistry, JobQueueService, JobQueueWorker, CronScheduler, JobQueueMaintenance],
+  exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance],
 })
 export class JobQueueModule extends ConfigurableJobQueueModule {}

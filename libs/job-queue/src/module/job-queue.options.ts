@@ -1,4 +1,5 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
+import { parseDuration } from '../duration';
 import { JobQueueError } from '../errors';
 import { validateTaskIdentifier } from '../service/validate-job-spec';
 import { validateSchemaName } from '../sql/identifier';
@@ -30,6 +31,20 @@ export interface JobQueueModuleOptions {
   pollInterval?: number;
   /** Milliseconds running jobs get to finish at shutdown before they are aborted and given back. Default 5000. */
   shutdownGracePeriod?: number;
+  /**
+   * How often this process's worker proves it is alive (ms, or a duration such as '5s').
+   * Default 5s. Heartbeats use the worker's own connection, never the shared pool's.
+   */
+  heartbeatInterval?: number | string;
+  /**
+   * How long after a worker's last heartbeat it counts as dead: its running jobs are
+   * then retried elsewhere (an attempt charged, JQ_WORKER_LOST), its claimed-but-unstarted
+   * ones put back. Default 20s, at least twice heartbeatInterval. A handler that stalls its
+   * process (or a partition) for longer may run twice: see the README's delivery guarantees.
+   */
+  workerTimeout?: number | string;
+  /** Default timeout of a job's attempt (ms or a duration); `@Task({ timeout })` overrides it. None unless set. */
+  jobTimeout?: number | string;
   /** Jobs carrying any of these flags are not claimed by this process. */
   forbiddenFlags?: ForbiddenFlags;
   /** Recurring jobs in graphile-worker's crontab syntax, one per line. */
@@ -50,6 +65,9 @@ export interface ResolvedJobQueueOptions {
   concurrency: number;
   pollInterval: number;
   shutdownGracePeriod: number;
+  heartbeatInterval: number;
+  workerTimeout: number;
+  jobTimeout?: number;
   forbiddenFlags?: ForbiddenFlags;
   crontab?: string;
   externalTasks: ReadonlySet<string> | '*';
@@ -61,6 +79,16 @@ function positiveInteger(name: string, value: unknown, fallback: number, max: nu
     throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be an integer from 1 to ${max}, got ${String(value)}`);
   }
   return value;
+}
+
+/** A duration option (ms or a string such as '30s'), from `min` ms up to a day. */
+export function durationOption(name: string, value: unknown, fallback: number | undefined, min: number): number | undefined {
+  if (value === undefined) return fallback;
+  const ms = typeof value === 'number' || typeof value === 'string' ? parseDuration(value) : undefined;
+  if (ms === undefined || ms < min || ms > 86_400_000) {
+    throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be a duration from ${min} ms to 1 day (ms, or a string such as '30s'), got ${JSON.stringify(value)}`);
+  }
+  return Math.round(ms);
 }
 
 /** Checks the module options once, at startup, and fills in the defaults. */
@@ -91,7 +119,18 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
       throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be a boolean`);
     }
   }
+  const heartbeatInterval = durationOption('heartbeatInterval', options.heartbeatInterval, 5_000, 100)!;
+  const workerTimeout = durationOption('workerTimeout', options.workerTimeout, Math.max(20_000, 2 * heartbeatInterval), 1_000)!;
+  if (workerTimeout < 2 * heartbeatInterval) {
+    throw new JobQueueError(
+      'JQ_INVALID_OPTIONS',
+      `workerTimeout (${workerTimeout} ms) must be at least twice heartbeatInterval (${heartbeatInterval} ms), so that one late heartbeat does not make a worker dead`,
+    );
+  }
   return {
+    heartbeatInterval,
+    workerTimeout,
+    jobTimeout: durationOption('jobTimeout', options.jobTimeout, undefined, 1),
     schema: validateSchemaName(options.schema ?? 'job_queue'),
     migrationsRun: options.migrationsRun ?? true,
     worker: options.worker ?? true,

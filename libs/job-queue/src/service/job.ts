@@ -46,6 +46,8 @@ export interface Job<Payload = unknown> {
   lockedBy: string | null;
   createdAt: Date;
   updatedAt: Date;
+  /** When its handler started, while a worker holds it; null while it is only claimed (prefetched) or not held. */
+  startedAt: Date | null;
 }
 
 export interface JobRow {
@@ -65,6 +67,7 @@ export interface JobRow {
   locked_by: string | null;
   created_at: Date;
   updated_at: Date;
+  started_at: Date | null;
 }
 
 export function toJob<Payload = unknown>(row: JobRow): Job<Payload> {
@@ -85,5 +88,6 @@ export function toJob<Payload = unknown>(row: JobRow): Job<Payload> {
     lockedBy: row.locked_by,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+    startedAt: row.started_at,
   };
 }

@@ -1,4 +1,6 @@
 import { jobsChannel, quoteIdentifier } from './identifier';
+import { createMaintenanceQueries } from './maintenance';
+import { createWorkerQueries } from './workers';
 
 /**
  * The columns of a job row that statements return, listed rather than `*`: a prepared
@@ -8,7 +10,7 @@ import { jobsChannel, quoteIdentifier } from './identifier';
  */
 export const JOB_COLUMNS = [
   'id', 'task_identifier', 'queue_name', 'payload', 'priority', 'run_at', 'attempts', 'max_attempts',
-  'last_error', 'key', 'revision', 'flags', 'locked_at', 'locked_by', 'created_at', 'updated_at',
+  'last_error', 'key', 'revision', 'flags', 'locked_at', 'locked_by', 'created_at', 'updated_at', 'started_at', 'first_run_at',
 ] as const;
 
 const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
@@ -84,20 +86,26 @@ export function createQueries(schema: string) {
 
     /**
      * The claim. Up to $3 available jobs of the tasks $1 that carry none of the flags $2,
-     * by priority then run_at then id, skipping rows other workers are claiming. A job of a
-     * named queue is a candidate only as the queue's head (no earlier available job in it)
-     * and while no worker holds the queue; the queue row is locked for worker $4 in the same
-     * statement. So a queue whose head this worker may not run (a forbidden flag, another
-     * app's task), or whose head another worker is claiming right now (skipped as locked,
-     * but still available), is left alone, and its other jobs never fill the candidates
-     * that work outside it needs. Each row also carries how many candidates there were:
-     * fewer than $3 means nothing else is waiting now. The task filter is written with
-     * array_position so that, before PostgreSQL has statistics on a freshly filled table,
-     * the planner still walks jobs_fetch_idx in order instead of sorting it all.
+     * by priority then run_at then id, skipping rows other workers are claiming, for worker
+     * $4, which must still have its row (a worker declared dead claims nothing under its old
+     * id). The first $5 of them (the free slots) are marked started; the rest are prefetched.
+     *
+     * A job of a named queue is a candidate only as the queue's head and while no worker
+     * holds the queue; the queue row is locked (created if the cleaner removed it) in the
+     * same statement. The head is the first job by queue place, (priority,
+     * coalesce(first_run_at, run_at), id), among the queue's available jobs that are due or
+     * waiting for a retry: a head waiting for its retry keeps its queue waiting, and one
+     * that failed for good no longer counts. So a queue whose head this worker may not run
+     * (a forbidden flag, another app's task), or whose head another worker is claiming right
+     * now, is left alone, and its other jobs never fill the candidates that work outside it
+     * needs. Each row also carries how many candidates there were: fewer than $3 means
+     * nothing else is waiting now. The task filter is written with array_position so that,
+     * before PostgreSQL has statistics on a freshly filled table, the planner still walks
+     * jobs_fetch_idx in order instead of sorting it all.
      */
     claimJobs: `
       with candidates as materialized (
-        select j.id, j.queue_name
+        select j.id, j.queue_name, j.priority, j.run_at
         from ${s}.jobs j
         where j.is_available
           and j.run_at <= now()
@@ -108,37 +116,47 @@ export function createQueries(schema: string) {
               select 1 from ${s}.job_queues q where q.queue_name = j.queue_name and q.locked_at is not null)
             and not exists (
               select 1 from ${s}.jobs e
-              where e.queue_name = j.queue_name and e.is_available and e.run_at <= now()
-                and (e.priority, e.run_at, e.id) < (j.priority, j.run_at, j.id))))
+              where e.queue_name = j.queue_name and e.is_available and (e.run_at <= now() or e.attempts > 0)
+                and (e.priority, coalesce(e.first_run_at, e.run_at), e.id) < (j.priority, coalesce(j.first_run_at, j.run_at), j.id))))
+          and exists (select 1 from ${s}.workers w where w.id = $4)
         order by j.priority, j.run_at, j.id
         limit $3
         for update of j skip locked
       ),
+      ranked as (
+        select id, queue_name, row_number() over (order by priority, run_at, id) as rank from candidates
+      ),
       locked_queues as (
-        update ${s}.job_queues q set locked_at = now(), locked_by = $4
-        from candidates c
-        where q.queue_name = c.queue_name and q.locked_at is null
-        returning c.id
+        insert into ${s}.job_queues as q (queue_name, locked_at, locked_by)
+        select distinct queue_name, now(), $4 from candidates where queue_name is not null
+        on conflict (queue_name) do update set locked_at = excluded.locked_at, locked_by = excluded.locked_by
+        where q.locked_at is null
+        returning q.queue_name
       )
       update ${s}.jobs j
-      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now()
-      where j.id in (select id from candidates where queue_name is null union all select id from locked_queues)
+      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
+          started_at = case when r.rank <= $5 then now() end
+      from ranked r
+      where j.id = r.id and (r.queue_name is null or r.queue_name in (select queue_name from locked_queues))
       returning ${jobColumns('j')}, (select count(*) from candidates)::int as candidate_count`,
 
     /**
      * One flush of the release batches for worker $1: deletes the jobs that succeeded ($2),
      * and for the ones that failed ($3 ids, $4 errors, $5 retry delays in ms) records the
-     * error, unlocks them and moves run_at. Only rows this worker still holds are touched.
-     * A keyed job can be row-locked by a caller for as long as the caller's transaction
-     * lasts (add_job replacing it while it runs): keyed rows are taken SKIP LOCKED, and
-     * those someone holds come back in `busy`, for a later flush, so that one lock holds up
-     * one job and never the worker's others. Keyless rows nobody locks for long: they are
-     * taken directly, which spares the drain a lock record per job.
+     * error, unlocks them and moves run_at (keeping their queue place in first_run_at). It
+     * also marks as started the prefetched jobs whose handlers began since ($6). Only rows
+     * this worker still holds are touched: a job it lost (rescued after a stall, say) is
+     * not its to write. A keyed job can be row-locked by a caller for as long as the
+     * caller's transaction lasts (add_job replacing it while it runs): keyed rows are taken
+     * SKIP LOCKED, and those someone holds come back in `busy`, for a later flush, so that
+     * one lock holds up one job and never the worker's others (a start mark is just
+     * dropped). Keyless rows nobody locks for long: they are taken directly, which spares
+     * the drain a lock record per job.
      */
     releaseJobs: `
       with held as materialized (
         select id from ${s}.jobs
-        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1 and key is not null
+        where id = any($2::bigint[] || $3::bigint[] || $6::bigint[]) and locked_by = $1 and key is not null
         for no key update skip locked
       ),
       completed as (
@@ -149,11 +167,16 @@ export function createQueries(schema: string) {
       failed as (
         update ${s}.jobs j set
           last_error = f.error,
+          first_run_at = coalesce(j.first_run_at, j.run_at),
           run_at = now() + f.delay_ms * interval '1 millisecond',
           locked_at = null, locked_by = null, updated_at = now()
         from unnest($3::bigint[], $4::text[], $5::float8[]) as f(id, error, delay_ms)
         where j.id = f.id and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
         returning j.queue_name
+      ),
+      started as (
+        update ${s}.jobs j set started_at = now()
+        where j.id = any($6::bigint[]) and j.locked_by = $1 and j.started_at is null and (j.key is null or j.id in (select id from held))
       ),
       released as (select queue_name from completed union all select queue_name from failed),
       ${unlockQueuesOf('released', '$1')},
@@ -163,27 +186,6 @@ export function createQueries(schema: string) {
       )
       select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken,
              array(select id::text from busy) as busy`,
-
-    /**
-     * Gives back every job worker $1 still holds (running or prefetched), with the attempt it
-     * used returned, and frees its queues: at shutdown, after in-flight jobs had their chance.
-     * By worker rather than by id, so that a claim whose reply was lost is given back too;
-     * without an index on locked_by (it would cost a write per claim) this scans the table,
-     * once per shutdown. It waits for a row lock someone else holds (skipping the row would
-     * leave its job locked by a stopped worker, its queue unlocked behind it).
-     */
-    giveBackJobs: `
-      with given_back as (
-        update ${s}.jobs set
-          attempts = greatest(attempts - 1, 0), locked_at = null, locked_by = null, updated_at = now()
-        where locked_by = $1
-        returning id
-      ),
-      unlocked as (
-        update ${s}.job_queues set locked_at = null, locked_by = null where locked_by = $1
-      ),
-      woken as (select pg_notify('${channel}', '') from given_back limit 1)
-      select id from given_back left join woken on true`,
 
     /** Records schedules seen for the first time: backfill never reaches before known_since. $1 identifiers */
     registerCrontabs: `
@@ -212,10 +214,8 @@ export function createQueries(schema: string) {
       select j.id from claimed
         cross join lateral ${s}.add_job($3::text, $4::jsonb, $5::text, $2::timestamptz, $6::integer, $7::text, $8::integer, null, 'unsafe_dedupe') as j`,
 
-    /** $1 worker id */
-    registerWorker: `insert into ${s}.workers (id) values ($1) on conflict (id) do update set heartbeat_at = now()`,
-    heartbeatWorker: `update ${s}.workers set heartbeat_at = now() where id = $1`,
-    unregisterWorker: `delete from ${s}.workers where id = $1`,
+    ...createWorkerQueries(s, channel),
+    ...createMaintenanceQueries(s, channel),
   };
 }
 

@@ -5,7 +5,18 @@ export type JobQueueEvent =
   | { type: 'worker:start'; workerId: string }
   | { type: 'worker:stop'; workerId: string; givenBack: string[] }
   /** A query or the LISTEN connection failed; the worker retries. */
-  | { type: 'worker:error'; workerId: string; during: 'claim' | 'release' | 'listen' | 'heartbeat' | 'give-back' | 'cron'; error: unknown }
+  | {
+      type: 'worker:error';
+      workerId: string;
+      during: 'claim' | 'release' | 'listen' | 'heartbeat' | 'give-back' | 'cron' | 'maintenance';
+      error: unknown;
+    }
+  /**
+   * The cluster declared this worker dead (its heartbeats stopped for longer than its
+   * timeout, a stall or a partition): the jobs it held were given to other workers. It wrote
+   * no outcome for them, aborted their handlers, and rejoined as `newWorkerId`.
+   */
+  | { type: 'worker:fenced'; workerId: string; newWorkerId: string; lostJobs: string[] }
   | { type: 'job:start'; job: Job }
   | { type: 'job:success'; job: Job; result: unknown; durationMs: number }
   /** The attempt failed and the job will run again at `retryAt`. */
@@ -14,6 +25,21 @@ export type JobQueueEvent =
   | { type: 'job:failed'; job: Job; error: unknown; durationMs: number }
   /** After success, error or failed. */
   | { type: 'job:complete'; job: Job; error?: unknown }
+  /**
+   * A handler did not settle after its signal was aborted (its timeout, or the shutdown).
+   * Its job stays locked by this worker, and nothing else runs it, until it settles.
+   */
+  | { type: 'job:stuck'; job: Job; reason: 'timeout' | 'shutdown'; runningMs: number }
+  /**
+   * On the maintenance leader: a dead worker's job was released. `started`: its handler had
+   * begun, so the attempt counted (JQ_WORKER_LOST), and `failed` says it was the last one.
+   */
+  | { type: 'job:rescued'; jobId: string; taskIdentifier: string; deadWorkerId: string; started: boolean; failed: boolean }
+  /**
+   * The head of named queue `queueName` failed an attempt and will be retried at `retryAt`:
+   * the queue waits behind it until then (until it succeeds, fails for good, or is removed).
+   */
+  | { type: 'queue:blocked'; queueName: string; job: Job; error: unknown; retryAt: Date }
   /** A cron tick added its job (`backfilled` when it was a missed tick added late). */
   | { type: 'cron:schedule'; identifier: string; ts: Date; backfilled: boolean; jobId: string };
 

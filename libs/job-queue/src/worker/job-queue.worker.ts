@@ -6,9 +6,11 @@ import {
 } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
+import type { QueryResultRow } from 'pg';
 import { Subject, type Observable } from 'rxjs';
 import { TaskRegistry, type RegisteredTask } from '../decorators/task-registry';
-import { JobQueueDatabase } from '../module/job-queue-database';
+import { JobQueueError } from '../errors';
+import { JobQueueDatabase, type Statement } from '../module/job-queue-database';
 import { toJob, type Job, type JobRow } from '../service/job';
 import { JobQueueService } from '../service/job-queue.service';
 import { backoffMs, sleep } from './backoff';
@@ -19,32 +21,33 @@ import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
 import { errorMessage, runJob, type JobOutcome } from './run-job';
+import { RunningJob } from './running-job';
 
-interface RunningJob {
-  job: Job;
-  abort: AbortController;
-  done: Promise<void>;
-}
-
-const HEARTBEAT_MS = 10_000;
+const newWorkerId = () => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
 
 /**
  * The worker: claims jobs of the tasks this process knows, runs up to `concurrency` of them
  * at once, and releases them in batches. It wakes on NOTIFY, polls every `pollInterval`, and
  * starts with the app (unless `worker: false`) and drains in Nest's shutdown hooks.
  *
- * Data path: wake() → fetchCycle() claims a batch (sql claimJobs) → start() runs each
- * handler (run-job.ts) → finish() hands the outcome to the ReleaseBatcher (sql releaseJobs).
+ * Data path: wake() → fetchCycle() claims a batch (sql claimJobs) → launch() runs each
+ * handler (run-job.ts) → settle() hands the outcome to the ReleaseBatcher (sql releaseJobs).
+ *
+ * Liveness: the worker's row in `workers` gets a heartbeat every `heartbeatInterval`, on the
+ * worker's pinned connection. If the row is gone, the cluster declared this worker dead and
+ * gave its jobs to others: it drops them unwritten and rejoins under a new id (fence()).
  */
 @Injectable()
 export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  readonly workerId = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+  private id = newWorkerId();
   private readonly logger = new Logger('JobQueueWorker');
   private readonly events = new Subject<JobQueueEvent>();
   /** Every event of this worker: jobs starting, succeeding, failing; the worker starting, stopping, erring. */
   readonly events$: Observable<JobQueueEvent> = this.events.asObservable();
 
   private readonly running = new Map<string, RunningJob>();
+  /** Handlers of jobs this worker lost (fenced) that have not settled yet: they still take a slot. */
+  private readonly lostRunning = new Set<RunningJob>();
   /** Claimed (locked for this worker) but not started yet: see prefetch.ts. */
   private readonly prefetched: Job[] = [];
   private readonly prefetch: PrefetchSizer;
@@ -56,8 +59,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private fetchChain: Promise<number> = Promise.resolve(0);
   private wakeQueued = false;
   private claimFailures = 0;
+  /** A claim failed after the server may have committed it: rows may be locked for us that we do not know. */
+  private claimReplyLost = false;
   /** The last claim found as many candidates as it asked for: more jobs may be waiting. */
   private moreMayBeWaiting = false;
+  private registered = false;
   private started = false;
   private stopping = false;
 
@@ -70,11 +76,23 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.batcher = this.createBatcher();
   }
 
-  /** A flush that frees a named queue notifies every worker (this one too), so it needs no wake-up of its own. */
+  /** This worker's id in the `workers` table and in `locked_by`. It changes if the worker is fenced and rejoins. */
+  get workerId(): string {
+    return this.id;
+  }
+
+  /**
+   * Releases for the current worker id only: after a fence, a new batcher is made for the
+   * new id, so that nothing claimed under the old one is written under the new one. A flush
+   * that frees a named queue notifies every worker (this one too), so it needs no wake-up.
+   */
   private createBatcher(): ReleaseBatcher {
+    const workerId = this.id;
     return new ReleaseBatcher(
-      (completed, failedIds, errors, delays) =>
-        this.db.run<{ busy: string[] }>('releaseJobs', [this.workerId, completed, failedIds, errors, delays]).then(([row]) => row.busy),
+      (completed, failedIds, errors, delays, started) =>
+        this.db
+          .run<{ busy: string[] }>('releaseJobs', [workerId, completed, failedIds, errors, delays, started])
+          .then(([row]) => row.busy),
       (error) => this.reportError('release', error),
     );
   }
@@ -87,6 +105,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     await this.stop();
   }
 
+  /** True from the moment stop() begins (the app is shutting down) until the worker has stopped. */
+  get isStopping(): boolean {
+    return this.stopping && (this.started || this.registered);
+  }
+
   /** Jobs running in this process right now. */
   get runningCount(): number {
     return this.running.size;
@@ -96,7 +119,6 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     if (this.started) return;
     this.started = true;
     this.stopping = false;
-    await this.db.run('registerWorker', [this.workerId]);
     this.listener = new NotifyListener(
       this.db.pool,
       this.db.sql.channel,
@@ -104,60 +126,172 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       (error) => this.reportError('listen', error),
     );
     await this.listener.start();
+    await this.register();
     this.pollTimer = setInterval(() => void this.wake(), this.db.options.pollInterval);
-    this.heartbeatTimer = setInterval(() => {
-      this.db.run('heartbeatWorker', [this.workerId]).catch((error) => this.reportError('heartbeat', error));
-    }, HEARTBEAT_MS);
     this.logger.log(
-      `Worker ${this.workerId} started: concurrency ${this.db.options.concurrency}, tasks ${this.tasks.identifiers().join(', ') || '(none)'}`,
+      `Worker ${this.id} started: concurrency ${this.db.options.concurrency}, tasks ${this.tasks.identifiers().join(', ') || '(none)'}`,
     );
     const poolWarning = poolSizeWarning(this.db.pool.options.max, this.db.options.concurrency);
-    if (poolWarning) this.logger.warn(`Worker ${this.workerId}: ${poolWarning}`);
-    this.emit({ type: 'worker:start', workerId: this.workerId });
+    if (poolWarning) this.logger.warn(`Worker ${this.id}: ${poolWarning}`);
+    this.emit({ type: 'worker:start', workerId: this.id });
+  }
+
+  /** Inserts this worker's row (claims require it) and starts its heartbeats. */
+  private async register(): Promise<void> {
+    await this.runPinned('registerWorker', [this.id, this.db.options.workerTimeout]);
+    this.registered = true;
+    clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.db.options.heartbeatInterval);
+  }
+
+  private async unregister(): Promise<void> {
+    clearInterval(this.heartbeatTimer);
+    this.registered = false;
+    await this.runPinned('unregisterWorker', [this.id]).catch(() => undefined);
+  }
+
+  /**
+   * Proves this worker alive, on the database's clock. No row back: the cluster declared it
+   * dead. After a claim whose reply was lost, also gives back what it holds unknowingly.
+   */
+  private async heartbeat(): Promise<void> {
+    const id = this.id;
+    try {
+      const rows = await this.runPinned('heartbeatWorker', [id]);
+      if (rows.length === 0 && id === this.id) {
+        this.fetchChain = this.fetchChain.then(() => this.fence(id));
+        return;
+      }
+      if (this.claimReplyLost && !this.stopping) {
+        this.fetchChain = this.fetchChain.then(() => this.giveBackUnknown());
+      }
+    } catch (error) {
+      this.reportError('heartbeat', error);
+    }
+  }
+
+  /**
+   * Runs a statement on the worker's pinned connection (the LISTEN one), which handlers
+   * cannot take from it; on the pool while that connection is being re-established.
+   */
+  async runPinned<Row extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]> {
+    return this.db.runOn<Row>(this.listener?.connection ?? this.db.pool, statement, values);
+  }
+
+  /**
+   * The cluster declared this worker dead: the jobs it held were given to others (or will be,
+   * by the orphan rule). It stops their handlers, writes nothing for them, and rejoins under
+   * a new id. Runs in the fetch chain, so no claim is in flight meanwhile.
+   */
+  private async fence(oldId: string): Promise<number> {
+    if (oldId !== this.id) return 0;
+    const lostJobs = [...this.running.keys(), ...this.prefetched.map((job) => job.id)];
+    for (const entry of this.running.values()) {
+      entry.lost = true;
+      this.lostRunning.add(entry);
+      entry.stop(new JobQueueError('JQ_WORKER_LOST', `worker ${oldId} was declared dead; job ${entry.job.id} now belongs to another worker`));
+    }
+    this.running.clear();
+    this.prefetched.length = 0;
+    const oldBatcher = this.batcher;
+    this.id = newWorkerId();
+    this.batcher = this.createBatcher();
+    void oldBatcher.stop(); // writes nothing that matters: every row it names is locked by someone else now
+    this.logger.error(
+      `Worker ${oldId} was declared dead by the cluster (no heartbeat for ${this.db.options.workerTimeout} ms: a stall or a lost connection). ` +
+        `Its ${lostJobs.length} job(s) were given to other workers; it writes no outcome for them and aborted their handlers` +
+        `${lostJobs.length ? ` (${lostJobs.join(', ')})` : ''}. Rejoining as ${this.id}.`,
+    );
+    this.emit({ type: 'worker:fenced', workerId: oldId, newWorkerId: this.id, lostJobs });
+    try {
+      await this.register();
+    } catch (error) {
+      this.reportError('heartbeat', error); // the next heartbeat finds no row and tries again
+    }
+    return 0;
+  }
+
+  /**
+   * After a claim whose reply was lost (the server may have committed it), gives back the
+   * jobs locked for this worker that it does not know of. Runs in the fetch chain.
+   */
+  private async giveBackUnknown(): Promise<number> {
+    if (!this.claimReplyLost || this.stopping) return 0;
+    const known = [...this.running.keys(), ...this.prefetched.map((job) => job.id), ...this.batcher.unwrittenIds()];
+    try {
+      const rows = await this.runPinned<{ id: string }>('giveBackJobs', [this.id, known]);
+      this.claimReplyLost = false;
+      if (rows.length > 0) this.logger.warn(`Gave back ${rows.length} job(s) claimed by a claim whose reply was lost: ${rows.map((r) => r.id).join(', ')}`);
+    } catch (error) {
+      this.reportError('give-back', error);
+    }
+    return 0;
   }
 
   /**
    * Stops claiming, lets running jobs finish within the grace period, then aborts them and
-   * gives the unfinished ones back with their attempt returned. Nothing stays locked by it.
+   * gives back the unfinished ones with their attempt returned. A handler that ignores the
+   * abort keeps its job locked (nothing may run it twice), and this worker keeps
+   * heartbeating until it settles or the process exits (then the sweep frees the job).
    */
   async stop(): Promise<void> {
     // A producer-only app (worker: false) may still be running jobs through runUntilIdle().
     const busy = this.running.size > 0 || this.prefetched.length > 0;
-    if (this.stopping || (!this.started && !busy)) return;
+    if (this.stopping || (!this.started && !busy && !this.registered)) return;
     this.stopping = true;
     clearInterval(this.pollTimer);
-    clearInterval(this.heartbeatTimer);
     clearTimeout(this.retryTimer);
-    await this.listener?.stop();
     await this.fetchChain;
 
-    const finished = Promise.all([...this.running.values()].map((r) => r.done));
+    const settled = () => Promise.all([...this.running.values()].map((r) => r.done));
     const graceOver = new AbortController();
-    await Promise.race([finished, sleep(this.db.options.shutdownGracePeriod, graceOver.signal)]);
+    await Promise.race([settled(), sleep(this.db.options.shutdownGracePeriod, graceOver.signal)]);
     if (this.running.size > 0) {
-      for (const { abort } of this.running.values()) abort.abort(new Error('The worker is shutting down'));
-      // Handlers that honour the signal settle now and are released normally.
-      await Promise.race([finished, sleep(Math.min(200, this.db.options.shutdownGracePeriod), graceOver.signal)]);
+      for (const entry of this.running.values()) entry.stop(new Error('The worker is shutting down'));
+      // Handlers that honour the signal settle now and are given back below.
+      await Promise.race([settled(), sleep(Math.min(200, this.db.options.shutdownGracePeriod), graceOver.signal)]);
     }
     graceOver.abort(); // no timer left behind to keep the process alive
+    await this.batcher.flush();
+    this.prefetched.length = 0; // never started: given back below with the unfinished ones
+    const kept = [...this.running.values()];
+    for (const entry of kept) entry.kept = true;
+    const givenBack = await this.giveBack(kept.map((entry) => entry.job.id));
+    if (kept.length > 0) {
+      this.logger.error(
+        `${kept.length} handler(s) ignored the abort at shutdown: job(s) ${kept.map((e) => e.job.id).join(', ')} stay locked by ` +
+          `${this.id}, which keeps heartbeating until they settle. If the process exits first, another worker retries them once ${this.id} times out.`,
+      );
+      for (const entry of kept) this.emit({ type: 'job:stuck', job: entry.job, reason: 'shutdown', runningMs: entry.durationMs });
+      await Promise.all(kept.map((entry) => entry.done));
+    }
     await this.batcher.stop();
     this.batcher = this.createBatcher(); // for a later start() or runUntilIdle()
-    this.prefetched.length = 0; // never started: given back below with the unfinished ones
-    const givenBack = await this.giveBack();
     this.running.clear();
-    await this.db.run('unregisterWorker', [this.workerId]).catch(() => undefined);
+    await this.unregister();
+    await this.listener?.stop();
     this.started = false;
     if (givenBack.length > 0) this.logger.warn(`Gave back ${givenBack.length} unfinished job(s): ${givenBack.join(', ')}`);
-    this.logger.log(`Worker ${this.workerId} stopped`);
-    this.emit({ type: 'worker:stop', workerId: this.workerId, givenBack });
+    this.logger.log(`Worker ${this.id} stopped`);
+    this.emit({ type: 'worker:stop', workerId: this.id, givenBack });
   }
 
   /**
    * Runs every job that is available now (including jobs those jobs add) and resolves when
    * none is left and every result is written. For tests and one-off scripts; works with
-   * `worker: false` too.
+   * `worker: false` too (the worker then registers for the run, and heartbeats meanwhile).
    */
   async runUntilIdle(): Promise<void> {
+    const ownRegistration = !this.registered;
+    if (ownRegistration) await this.register();
+    try {
+      await this.runWhileAvailable();
+    } finally {
+      if (ownRegistration && !this.started && !this.stopping) await this.unregister();
+    }
+  }
+
+  private async runWhileAvailable(): Promise<void> {
     while (!this.stopping) {
       // Idle only if a claim that began with nothing running, prefetched or unwritten finds
       // nothing: a result written during the claim may have freed a named queue it skipped.
@@ -184,6 +318,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     return this.fetchChain;
   }
 
+  /** Slots taken: running handlers, including lost ones that have not settled. */
+  private get busySlots(): number {
+    return this.running.size + this.lostRunning.size;
+  }
+
   /**
    * Claims jobs until the free slots and the prefetch room are full, or until the table has
    * nothing more for us. Returns how many it claimed.
@@ -192,24 +331,29 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const identifiers = this.tasks.identifiers();
     let total = 0;
     while (!this.stopping && identifiers.length > 0) {
-      const room = this.db.options.concurrency - this.running.size + this.prefetch.target - this.prefetched.length;
+      const free = Math.max(0, this.db.options.concurrency - this.busySlots);
+      const room = free + this.prefetch.target - this.prefetched.length;
       if (room <= 0) break;
+      const claimedAs = this.id;
       let rows: Array<JobRow & { candidate_count: number }>;
       try {
         const forbidden = await this.forbiddenFlags();
-        rows = await this.db.run('claimJobs', [identifiers, forbidden, room, this.workerId]);
+        rows = await this.db.run('claimJobs', [identifiers, forbidden, room, claimedAs, free]);
         this.claimFailures = 0;
       } catch (error) {
+        // The server may have committed the claim before the reply was lost: the next
+        // heartbeat gives back what is locked for us that we do not know.
+        this.claimReplyLost = true;
         this.claimFailures += 1;
         this.reportError('claim', error);
         clearTimeout(this.retryTimer);
         this.retryTimer = setTimeout(() => void this.wake(), backoffMs(this.claimFailures));
         break;
       }
-      if (this.stopping) {
-        // Claimed while stop() began: these are given back by stop().
-        break;
-      }
+      // Claimed while stop() began: given back by stop(). Claimed under an id fenced since: the sweep's orphan rule frees them.
+      if (this.stopping || claimedAs !== this.id) break;
+      // The ones the claim marked started go first: they were claimed for the free slots.
+      rows.sort((a, b) => Number(b.started_at !== null) - Number(a.started_at !== null));
       for (const row of rows) this.prefetched.push(toJob(row));
       this.startPrefetched();
       total += rows.length;
@@ -228,24 +372,32 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
 
   /** Starts prefetched jobs while slots are free, in the order they were claimed. */
   private startPrefetched(): void {
-    while (this.running.size < this.db.options.concurrency && this.prefetched.length > 0 && !this.stopping) {
+    while (this.busySlots < this.db.options.concurrency && this.prefetched.length > 0 && !this.stopping) {
       this.launch(this.prefetched.shift()!);
     }
   }
 
   private launch(job: Job): void {
     const task = this.tasks.get(job.taskIdentifier)!;
-    const abort = new AbortController();
-    const startedAt = performance.now();
-    const entry: RunningJob = { job, abort, done: Promise.resolve() };
+    const entry = new RunningJob(job);
+    if (job.startedAt === null) this.batcher.markStarted(job.id);
+    const timeoutMs = task.timeoutMs ?? this.db.options.jobTimeout;
+    if (timeoutMs !== undefined) entry.setTimeout(timeoutMs, (reason) => this.reportStuck(entry, reason));
     this.emit({ type: 'job:start', job });
-    entry.done = runJob(task, job, abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec)).then(
+    entry.done = runJob(task, job, entry.abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec)).then(
       (outcome) => {
+        entry.settled();
+        if (entry.lost) {
+          this.lostRunning.delete(entry);
+          this.logger.warn(`Job ${job.id} (${job.taskIdentifier}) settled after this worker lost it; its outcome was not written`);
+          this.startPrefetched();
+          return;
+        }
         // Given back at shutdown (and perhaps claimed again since): no longer this run's to release.
         if (this.running.get(job.id) !== entry) return;
         this.running.delete(job.id);
         try {
-          this.settle(task, entry, outcome, performance.now() - startedAt);
+          this.settle(task, entry, entry.timedOut ? { ok: false, error: entry.timedOut } : outcome);
         } finally {
           // Hand the free slot on in this same step, so that no one (runUntilIdle) sees it empty
           // while prefetched jobs wait; claim ahead if the last claim left jobs behind
@@ -258,8 +410,19 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.running.set(job.id, entry);
   }
 
+  private reportStuck(entry: RunningJob, reason: 'timeout' | 'shutdown'): void {
+    const { job } = entry;
+    this.logger.error(
+      `Job ${job.id} (${job.taskIdentifier}) is stuck: its handler ignores the aborted signal (${reason}). ` +
+        `The job stays locked by ${this.id}, and its slot taken, until the handler settles.`,
+    );
+    this.emit({ type: 'job:stuck', job, reason, runningMs: entry.durationMs });
+  }
+
   /** Hands a finished run's outcome to the release batcher and reports it. */
-  private settle(task: RegisteredTask, { job, abort }: RunningJob, outcome: JobOutcome, durationMs: number): void {
+  private settle(task: RegisteredTask, entry: RunningJob, outcome: JobOutcome): void {
+    const { job } = entry;
+    const durationMs = entry.durationMs;
     this.prefetch.record(durationMs);
     if (outcome.ok) {
       this.batcher.complete(job.id);
@@ -268,8 +431,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       return;
     }
     const { error } = outcome;
-    // Aborted by shutdown: not the job's fault; stop() gives it back with the attempt returned.
-    if (this.stopping && abort.signal.aborted) return;
+    // Aborted by the shutdown and settled in time: not the job's fault; stop() gives it back
+    // with the attempt returned. (One kept past the give-back counts as it ended.)
+    if (this.stopping && entry.abort.signal.aborted && !entry.timedOut && !entry.kept) return;
     const message = errorMessage(error);
     const delayMs = this.retryDelay(task.options.retryDelay, job.attempts, error);
     this.batcher.fail(job.id, message, delayMs);
@@ -282,6 +446,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         `Job ${job.id} (${job.taskIdentifier}) failed attempt ${job.attempts}/${job.maxAttempts}, retrying at ${retryAt.toISOString()}: ${message}`,
       );
       this.emit({ type: 'job:error', job, error, retryAt, durationMs });
+      if (job.queueName !== null) this.emit({ type: 'queue:blocked', queueName: job.queueName, job, error, retryAt });
     }
     this.emit({ type: 'job:complete', job, error });
   }
@@ -296,11 +461,12 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
-  private async giveBack(): Promise<string[]> {
+  /** Gives back every job this worker holds except `keep`, retrying a few times; returns their ids. */
+  private async giveBack(keep: string[]): Promise<string[]> {
     for (let attempt = 1; attempt <= 5; attempt++) {
       try {
-        const rows = await this.db.run<{ id: string }>('giveBackJobs', [this.workerId]);
-        return rows.map((row) => String(row.id));
+        const rows = await this.runPinned<{ id: string }>('giveBackJobs', [this.id, keep]);
+        return rows.map((row) => row.id);
       } catch (error) {
         this.reportError('give-back', error);
         await sleep(backoffMs(attempt));
@@ -309,13 +475,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     return [];
   }
 
-  /** Logs a failed query or connection (the caller retries) and emits it as a worker:error event; the cron scheduler reports through it too. */
+  /** Logs a failed query or connection (the caller retries) and emits it as a worker:error event; the cron scheduler and maintenance report through it too. */
   reportError(during: Extract<JobQueueEvent, { type: 'worker:error' }>['during'], error: unknown): void {
     this.logger.warn(`${during} failed, retrying: ${errorMessage(error)}`);
-    this.emit({ type: 'worker:error', workerId: this.workerId, during, error });
+    this.emit({ type: 'worker:error', workerId: this.id, during, error });
   }
 
-  /** Also used by the cron scheduler, so that its events join the same stream. */
+  /** Also used by the cron scheduler and maintenance, so that their events join the same stream. */
   emit(event: JobQueueEvent): void {
     this.events.next(event);
   }

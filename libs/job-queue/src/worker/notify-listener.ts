@@ -6,7 +6,14 @@ import { backoffMs } from './backoff';
  * Holds one pool connection that LISTENs on the jobs channel and calls `onNotify` for
  * each notification. If the connection dies it reconnects with backoff; polling covers
  * the gap, and `onNotify` is called once after each (re)connect to catch up.
+ *
+ * The same connection carries the worker's heartbeats and the maintenance leader's
+ * statements (`client`): pinned to the worker, it is never taken by handlers that fill the
+ * shared pool, so a busy pool cannot starve them.
  */
+/** The application_name of a worker's pinned connection, as pg_stat_activity shows it: with the process id. */
+export const PINNED_APPLICATION_NAME = `nestjs-job-queue worker ${process.pid}`;
+
 export class NotifyListener {
   private client?: PoolClient;
   private failures = 0;
@@ -30,6 +37,11 @@ export class NotifyListener {
     return this.client !== undefined;
   }
 
+  /** The pinned connection, while it is up. */
+  get connection(): PoolClient | undefined {
+    return this.client;
+  }
+
   private async connect(): Promise<void> {
     if (this.stopped) return;
     let client: PoolClient | undefined;
@@ -37,6 +49,8 @@ export class NotifyListener {
       client = await this.pool.connect();
       client.on('notification', this.onNotify);
       client.on('error', (error) => this.lost(client!, error));
+      // Named, so that operators (and tests) can tell it in pg_stat_activity; reset on release.
+      await client.query(`set application_name = '${PINNED_APPLICATION_NAME}'`);
       await client.query(`listen ${quoteIdentifier(this.channel)}`);
       if (this.stopped) {
         client.release(true);
@@ -87,7 +101,7 @@ export class NotifyListener {
     const ignore = () => {};
     client.on('error', ignore);
     try {
-      await client.query('unlisten *');
+      await client.query('unlisten *; reset application_name');
       client.off('error', ignore); // back to the pool with only the pool's own listener
       client.release();
     } catch {

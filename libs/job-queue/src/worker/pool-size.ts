@@ -1,8 +1,8 @@
 /**
  * The worker shares the DataSource's pg pool with the app: one connection stays pinned for
- * LISTEN, claims, releases and heartbeats need one between them, and every running handler
- * that touches the database holds one. A pool smaller than that makes the queue's own
- * statements wait behind handlers (and, with enough load, its heartbeats too).
+ * LISTEN, heartbeats and maintenance (so those are never starved), claims and releases need
+ * one between them, and every running handler that touches the database holds one. A pool
+ * smaller than that makes claims and releases wait behind handlers.
  */
 export const QUEUE_OWN_CONNECTIONS = 2;
 
@@ -12,7 +12,7 @@ export function poolSizeWarning(poolMax: number, concurrency: number): string | 
   if (poolMax >= needed) return undefined;
   return (
     `the database pool has ${poolMax} connections, fewer than concurrency ${concurrency} + ${QUEUE_OWN_CONNECTIONS} ` +
-    `(LISTEN, and claims and releases) = ${needed}: handlers that use the database can starve the queue's own statements. ` +
+    `(LISTEN and heartbeats, and claims and releases) = ${needed}: handlers that use the database can starve the queue's own statements. ` +
     `Give the DataSource a pool of at least ${needed} (TypeORM's poolSize, or extra.max), plus what the rest of the app uses, or lower concurrency.`
   );
 }

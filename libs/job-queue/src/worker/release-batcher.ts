@@ -7,7 +7,14 @@ interface Failure {
 }
 
 /** Writes one batch; resolves with the ids it could not write yet because someone else holds their row lock. */
-export type FlushReleases = (completed: string[], failedIds: string[], errors: string[], delaysMs: number[]) => Promise<string[]>;
+export type FlushReleases = (completed: string[], failedIds: string[], errors: string[], delaysMs: number[], started: string[]) => Promise<string[]>;
+
+/**
+ * How long a prefetched job's start mark may wait for a flush to ride on. Most such jobs are
+ * fast and finish within it, and then need no mark at all (their release says it all); a
+ * worker that dies within it has the job counted as not started (no attempt charged).
+ */
+const START_MARK_DELAY_MS = 20;
 
 /**
  * How long a release held up by a row lock waits before it is tried again: at once at
@@ -33,7 +40,11 @@ export class ReleaseBatcher {
   /** Per held-up job, how many flushes in a row found it locked. */
   private readonly heldUpTries = new Map<string, number>();
   private timer?: NodeJS.Timeout;
+  /** Prefetched jobs whose handlers started, to be marked in the next flush. */
+  private started = new Set<string>();
+  private startTimer?: NodeJS.Timeout;
   private inFlight?: Promise<void>;
+  private inFlightIds: string[] = [];
   private readonly stopping = new AbortController();
 
   constructor(
@@ -44,13 +55,35 @@ export class ReleaseBatcher {
   ) {}
 
   complete(id: string): void {
+    this.started.delete(id);
     this.completed.push(id);
     this.schedule();
   }
 
   fail(id: string, error: string, delayMs: number): void {
+    this.started.delete(id);
     this.failed.push({ id, error, delayMs });
     this.schedule();
+  }
+
+  /** Records that a prefetched job's handler started (the claim marked the others). */
+  markStarted(id: string): void {
+    this.started.add(id);
+    this.startTimer ??= setTimeout(() => {
+      this.startTimer = undefined;
+      if (this.started.size > 0) this.schedule();
+    }, START_MARK_DELAY_MS);
+  }
+
+  /** Every job whose release is not in the database yet: collected, held up or being written. */
+  unwrittenIds(): string[] {
+    return [
+      ...this.completed,
+      ...this.failed.map((f) => f.id),
+      ...this.heldUp.completed,
+      ...this.heldUp.failed.map((f) => f.id),
+      ...this.inFlightIds,
+    ];
   }
 
   get pending(): number {
@@ -77,7 +110,7 @@ export class ReleaseBatcher {
       this.timer = undefined;
     }
     while (this.inFlight) await this.inFlight;
-    if (this.completed.length + this.failed.length === 0) return;
+    if (this.completed.length + this.failed.length + this.started.size === 0) return;
     this.inFlight = this.writeBatch();
     try {
       await this.inFlight;
@@ -90,8 +123,21 @@ export class ReleaseBatcher {
   private async writeBatch(): Promise<void> {
     const completed = this.completed;
     const failed = this.failed;
+    const started = [...this.started];
     this.completed = [];
     this.failed = [];
+    this.started.clear();
+    clearTimeout(this.startTimer);
+    this.startTimer = undefined;
+    this.inFlightIds = [...completed, ...failed.map((f) => f.id)];
+    try {
+      await this.writeWithRetries(completed, failed, started);
+    } finally {
+      this.inFlightIds = [];
+    }
+  }
+
+  private async writeWithRetries(completed: string[], failed: Failure[], started: string[]): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
         const busy = new Set(
@@ -100,6 +146,7 @@ export class ReleaseBatcher {
             failed.map((f) => f.id),
             failed.map((f) => f.error),
             failed.map((f) => f.delayMs),
+            started,
           ),
         );
         for (const id of [...completed, ...failed.map((f) => f.id)]) if (!busy.has(id)) this.heldUpTries.delete(id);
@@ -154,6 +201,8 @@ export class ReleaseBatcher {
     this.timer = undefined;
     clearTimeout(this.heldUpTimer);
     this.heldUpTimer = undefined;
+    clearTimeout(this.startTimer);
+    this.startTimer = undefined;
     this.heldUpTries.clear();
   }
 }

@@ -1,0 +1,93 @@
+import { Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationBootstrap } from '@nestjs/common';
+import { JobQueueDatabase } from '../module/job-queue-database';
+import { JobQueueWorker } from '../worker/job-queue.worker';
+import { rescueDeadWorkers } from './rescuer';
+import { deleteIdleQueues } from './queue-cleaner';
+
+/** The lease's name in the `leases` table. */
+export const MAINTENANCE_LEASE = 'maintenance';
+/** Idle queue rows are looked for at most this often. */
+const QUEUE_CLEANUP_EVERY_MS = 60_000;
+
+/**
+ * The cluster's upkeep, run by one replica at a time (River's leader, elected the same way):
+ * every worker process tries, each `heartbeatInterval`, to take or renew a lease that
+ * expires `workerTimeout` later on the database's clock. The holder sweeps dead workers'
+ * jobs (rescuer.ts) and, now and then, idle queue rows (queue-cleaner.ts). A leader that
+ * stalls loses the lease when it expires; its sweeps are safe to overlap with the next
+ * leader's anyway. Statements run on the worker's pinned connection, so a pool full of
+ * handlers cannot hold them up.
+ */
+@Injectable()
+export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('JobQueueMaintenance');
+  private timer?: NodeJS.Timeout;
+  private round?: Promise<void>;
+  private leader = false;
+  private lastQueueCleanup = 0;
+  private stopped = true;
+
+  constructor(
+    private readonly db: JobQueueDatabase,
+    private readonly worker: JobQueueWorker,
+  ) {}
+
+  /** Whether this process held the lease at its last try. */
+  get isLeader(): boolean {
+    return this.leader;
+  }
+
+  onApplicationBootstrap(): void {
+    if (!this.db.options.worker) return;
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.round;
+    if (this.leader) {
+      // Let another replica take over at once rather than when the lease expires.
+      await this.worker.runPinned('dropLease', [MAINTENANCE_LEASE, this.worker.workerId]).catch(() => undefined);
+      this.leader = false;
+    }
+  }
+
+  /** Runs one round now: take or renew the lease, and sweep if it is ours. For tests and scripts. */
+  async runOnce(): Promise<void> {
+    await this.round;
+    this.round = this.tick();
+    await this.round;
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.round = this.tick().finally(() => {
+        // A little jitter keeps the replicas' tries from lining up.
+        this.schedule(this.db.options.heartbeatInterval * (0.9 + Math.random() * 0.2));
+      });
+    }, delayMs);
+  }
+
+  private async tick(): Promise<void> {
+    try {
+      const { workerTimeout } = this.db.options;
+      const held = await this.worker.runPinned('takeLease', [MAINTENANCE_LEASE, this.worker.workerId, workerTimeout]);
+      const wasLeader = this.leader;
+      this.leader = held.length > 0;
+      if (this.leader !== wasLeader) {
+        this.logger.log(this.leader ? `${this.worker.workerId} is the maintenance leader` : `${this.worker.workerId} is no longer the maintenance leader`);
+      }
+      if (!this.leader) return;
+      await rescueDeadWorkers(this.worker, workerTimeout, this.logger);
+      if (Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
+        await deleteIdleQueues(this.worker);
+        this.lastQueueCleanup = Date.now();
+      }
+    } catch (error) {
+      this.worker.reportError('maintenance', error);
+    }
+  }
+}

@@ -1,0 +1,109 @@
+/**
+ * The statements of the cluster's upkeep (maintenance/): the leader's lease, the sweep
+ * that rescues a dead worker's jobs, and the cleanup of idle queue rows. Each is safe if two
+ * replicas ever run it at once, and none waits on a row lock someone else holds.
+ * `s` is the quoted schema, `channel` the jobs channel.
+ */
+export function createMaintenanceQueries(s: string, channel: string) {
+  /** A worker row whose heartbeat is older than its own timeout. A restart of the server counts as a heartbeat: no one could send one while it was down. */
+  const isDead = (w: string) =>
+    `greatest(${w}.heartbeat_at, pg_postmaster_start_time()) < now() - ${w}.timeout_ms * interval '1 millisecond'`;
+  /**
+   * A lock whose worker has no row at all, held for longer than $2 ms: the worker was
+   * declared dead while its claim was in flight, or its row went some other way. The margin
+   * keeps a claim that commits during this statement (its worker registered after the
+   * statement's snapshot) from looking orphaned.
+   */
+  const isOrphaned = (alias: string) =>
+    `(${alias}.locked_at < now() - $2 * interval '1 millisecond' and not exists (select 1 from ${s}.workers w where w.id = ${alias}.locked_by))`;
+
+  return {
+    /**
+     * Takes or renews lease $1 for holder $2 until $3 ms from now, on the database's clock.
+     * A row back means $2 holds it. A stalled holder loses it once it expires, unlike a
+     * session advisory lock, which it would keep for as long as its connection lives.
+     */
+    takeLease: `
+      insert into ${s}.leases as l (name, holder, expires_at) values ($1, $2, now() + $3 * interval '1 millisecond')
+      on conflict (name) do update set holder = excluded.holder, expires_at = excluded.expires_at
+      where l.holder = excluded.holder or l.expires_at < now()
+      returning l.holder`,
+
+    /** $1 lease, $2 holder: lets another replica take it at once (at shutdown). */
+    dropLease: `delete from ${s}.leases where name = $1 and holder = $2`,
+
+    /**
+     * The sweep, in one statement: deletes the rows of dead workers, and releases up to $1
+     * of the jobs that dead or orphaned workers hold, and their queues. A job whose handler
+     * had started counts the attempt as failed, with JQ_WORKER_LOST in last_error, and is
+     * retried after the default backoff (or fails for good if that was its last attempt); a
+     * job only claimed (prefetched) goes back as it was, its attempt returned. A queue is
+     * freed once none of its worker's jobs in it is left locked. Rows someone has locked
+     * are skipped: the next sweep takes them, by the orphan rule. Other workers are woken.
+     * $2 is the orphan margin in ms.
+     */
+    rescueJobs: `
+      with dead as (
+        delete from ${s}.workers w where ${isDead('w')} returning w.id
+      ),
+      lost as materialized (
+        select j.id, j.locked_by as worker_id, j.started_at is not null as started
+        from ${s}.jobs j
+        where j.locked_by is not null and (j.locked_by in (select id from dead) or ${isOrphaned('j')})
+        order by j.id
+        limit $1
+        for no key update of j skip locked
+      ),
+      rescued as (
+        update ${s}.jobs j set
+          attempts = case when l.started then j.attempts else greatest(j.attempts - 1, 0) end,
+          last_error = case when l.started
+            then 'JQ_WORKER_LOST: worker ' || l.worker_id || ' stopped heartbeating while it ran the job'
+            else j.last_error end,
+          first_run_at = case when l.started then coalesce(j.first_run_at, j.run_at) else j.first_run_at end,
+          run_at = case when l.started then now() + exp(least(10, j.attempts)) * interval '1 second' else j.run_at end,
+          locked_at = null, locked_by = null, started_at = null, updated_at = now()
+        from lost l
+        where j.id = l.id
+        returning j.id, j.task_identifier, l.worker_id, l.started, j.attempts >= j.max_attempts as failed
+      ),
+      freed_queues as (
+        update ${s}.job_queues q set locked_at = null, locked_by = null
+        where q.queue_name in (
+          select f.queue_name from ${s}.job_queues f
+          where f.locked_by is not null
+            and (f.locked_by in (select id from dead) or ${isOrphaned('f')})
+            and not exists (
+              select 1 from ${s}.jobs j
+              where j.queue_name = f.queue_name and j.locked_by = f.locked_by and j.id not in (select id from rescued))
+          for no key update skip locked)
+        returning q.queue_name
+      ),
+      woken as (
+        select pg_notify('${channel}', '') from (select 1 from rescued union all select 1 from freed_queues) changed limit 1
+      )
+      select
+        (select coalesce(json_agg(json_build_object(
+          'id', id::text, 'taskIdentifier', task_identifier, 'workerId', worker_id, 'started', started, 'failed', failed)), '[]')
+         from rescued) as rescued,
+        array(select id from dead) as dead,
+        (select count(*) from freed_queues)::int as freed_queues,
+        (select count(*) from woken)::int as woken`,
+
+    /**
+     * Deletes up to $1 queue rows that no worker holds and no available job names, so that
+     * per-customer queues do not pile up. Safe against a concurrent add: the claim creates
+     * a queue's row again when it needs to lock it.
+     */
+    deleteIdleQueues: `
+      with idle as (
+        select q.queue_name from ${s}.job_queues q
+        where q.locked_at is null
+          and not exists (select 1 from ${s}.jobs j where j.queue_name = q.queue_name and j.is_available)
+        limit $1
+        for update skip locked
+      )
+      delete from ${s}.job_queues q using idle where q.queue_name = idle.queue_name
+      returning q.queue_name`,
+  };
+}

@@ -1,0 +1,42 @@
+/**
+ * The statements about a worker itself: its row (registration, heartbeat, leaving), and
+ * giving back the jobs it holds. `s` is the quoted schema, `channel` the jobs channel.
+ */
+export function createWorkerQueries(s: string, channel: string) {
+  return {
+    /** $1 worker id, $2 its timeout in ms (how long the sweep waits after its last heartbeat) */
+    registerWorker: `
+      insert into ${s}.workers (id, timeout_ms) values ($1, $2)
+      on conflict (id) do update set heartbeat_at = now(), timeout_ms = excluded.timeout_ms`,
+
+    /** $1 worker id. No row back: the worker was declared dead (and its jobs rescued). */
+    heartbeatWorker: `update ${s}.workers set heartbeat_at = now() where id = $1 returning id`,
+
+    /** $1 worker id */
+    unregisterWorker: `delete from ${s}.workers where id = $1`,
+
+    /**
+     * Gives back the jobs worker $1 holds, except the ids $2, with the attempt each used
+     * returned, and frees their queues. At shutdown $2 are the handlers still running after
+     * the abort (kept, so that nothing runs them twice); after a claim whose reply was lost,
+     * $2 are the jobs the worker knows it holds. By worker rather than by id, so that a
+     * claim whose reply was lost is given back too (jobs_locked_by_idx finds the rows). It
+     * waits for a row lock someone else holds: skipping the row would leave its job locked
+     * by a worker that forgot it.
+     */
+    giveBackJobs: `
+      with given_back as (
+        update ${s}.jobs set
+          attempts = greatest(attempts - 1, 0), locked_at = null, locked_by = null, started_at = null, updated_at = now()
+        where locked_by = $1 and not (id = any($2::bigint[]))
+        returning id
+      ),
+      unlocked as (
+        update ${s}.job_queues q set locked_at = null, locked_by = null
+        where q.locked_by = $1
+          and not exists (select 1 from ${s}.jobs j where j.id = any($2::bigint[]) and j.queue_name = q.queue_name)
+      ),
+      woken as (select pg_notify('${channel}', '') from given_back limit 1)
+      select id::text from given_back left join woken on true`,
+  };
+}
