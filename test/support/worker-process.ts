@@ -9,7 +9,9 @@
  * the job id and the pid into the test's `ticks` table.
  * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
  * and the module's durations when set: HEARTBEAT_INTERVAL, WORKER_TIMEOUT, SHUTDOWN_GRACE
- * (ms). The pool's connections are named `worker-<pid>` in pg_stat_activity.
+ * (ms). FLAGS_TABLE=1: the forbidden flags are read, at each claim, from the test's
+ * `forbidden_flags` table (pid int, flag text), so a test can steer which process may
+ * claim a job. The pool's connections are named `worker-<pid>` in pg_stat_activity.
  * Warnings and errors are printed, so the worker's `<what> failed, retrying: …` lines are in
  * the output a test reads.
  */
@@ -76,12 +78,22 @@ const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [Cro
       retryAttempts: 0,
       extra: { application_name: `worker-${process.pid}`, max: 20 },
     }),
-    JobQueueModule.forRoot({
-      concurrency: Number(process.env.CONCURRENCY ?? 4),
-      pollInterval: 200,
-      ...(process.env.HEARTBEAT_INTERVAL ? { heartbeatInterval: Number(process.env.HEARTBEAT_INTERVAL) } : {}),
-      ...(process.env.WORKER_TIMEOUT ? { workerTimeout: Number(process.env.WORKER_TIMEOUT) } : {}),
-      ...(process.env.SHUTDOWN_GRACE ? { shutdownGracePeriod: Number(process.env.SHUTDOWN_GRACE) } : {}),
+    JobQueueModule.forRootAsync({
+      inject: [DataSource],
+      useFactory: (dataSource: DataSource) => ({
+        concurrency: Number(process.env.CONCURRENCY ?? 4),
+        pollInterval: 200,
+        ...(process.env.HEARTBEAT_INTERVAL ? { heartbeatInterval: Number(process.env.HEARTBEAT_INTERVAL) } : {}),
+        ...(process.env.WORKER_TIMEOUT ? { workerTimeout: Number(process.env.WORKER_TIMEOUT) } : {}),
+        ...(process.env.SHUTDOWN_GRACE ? { shutdownGracePeriod: Number(process.env.SHUTDOWN_GRACE) } : {}),
+        ...(process.env.FLAGS_TABLE === '1'
+          ? {
+              forbiddenFlags: async () =>
+                (await dataSource.query('select coalesce(array_agg(flag), $2) as flags from forbidden_flags where pid = $1', [process.pid, '{}']))[0]
+                  .flags as string[],
+            }
+          : {}),
+      }),
     }),
   ],
   providers,

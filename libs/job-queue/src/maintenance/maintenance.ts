@@ -54,10 +54,10 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
     }
   }
 
-  /** Runs one round now: take or renew the lease, and sweep if it is ours. For tests and scripts. */
+  /** Runs one round now: take or renew the lease and, if it is ours, all the upkeep. For tests and scripts. */
   async runOnce(): Promise<void> {
     await this.round;
-    this.round = this.tick();
+    this.round = this.tick(true);
     await this.round;
   }
 
@@ -71,7 +71,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
     }, delayMs);
   }
 
-  private async tick(): Promise<void> {
+  private async tick(everything = false): Promise<void> {
     try {
       const { workerTimeout } = this.db.options;
       const held = await this.worker.runPinned('takeLease', [MAINTENANCE_LEASE, this.worker.workerId, workerTimeout]);
@@ -82,7 +82,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       }
       if (!this.leader) return;
       await rescueDeadWorkers(this.worker, workerTimeout, this.logger);
-      if (Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
+      if (everything || Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
         await deleteIdleQueues(this.worker);
         this.lastQueueCleanup = Date.now();
       }

@@ -1,0 +1,95 @@
+import assert from 'node:assert/strict';
+import { after, afterEach, before, describe, it } from 'node:test';
+import type { Client } from 'pg';
+import { connect, createTestDatabase } from '../support/database';
+import { waitFor, waitForValue } from '../support/wait';
+import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
+
+const ENV = { HEARTBEAT_INTERVAL: '250', WORKER_TIMEOUT: '2000', FLAGS_TABLE: '1' };
+
+/**
+ * A worker stalls past its timeout (SIGSTOP, as a long GC pause or a frozen VM would) while
+ * running a job whose handler ignores its signal. The cluster declares it dead and runs the
+ * job elsewhere; once it resumes, it must write nothing for that job and never claim under
+ * its old id. Flags steer which process claims what (FLAGS_TABLE, see worker-process.ts).
+ */
+describe('a stalled worker', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let sql: Client;
+
+  before(async () => {
+    db = await createTestDatabase('stalled');
+    sql = await connect(db.url);
+    await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
+    await sql.query('create table forbidden_flags (pid int not null, flag text not null)');
+  });
+  afterEach(async () => {
+    await stopWorkerProcesses();
+    await sql.query('truncate runs, forbidden_flags');
+    await sql.query('delete from job_queue.jobs');
+  });
+  after(async () => {
+    await sql.end();
+    await db.drop();
+  });
+
+  const leaseHolder = async () => (await sql.query(`select holder from job_queue.leases where name = 'maintenance' and expires_at > now()`)).rows[0]?.holder;
+  const forbid = (worker: WorkerProcess, flag: string) => sql.query('insert into forbidden_flags values ($1, $2)', [worker.pid, flag]);
+  const allow = (worker: WorkerProcess, flag: string) => sql.query('delete from forbidden_flags where pid = $1 and flag = $2', [worker.pid, flag]);
+
+  async function stallAndResume(victim: WorkerProcess, other: WorkerProcess) {
+    const oldId = victim.workerId!;
+    // a 4-second job only the victim may claim, with a handler that ignores its signal
+    await forbid(other, 'pinned');
+    const [job] = (await sql.query(`select id::text from job_queue.add_job('sleep', '{"ms": 4000}', flags => '{pinned}')`)).rows;
+    await victim.waitForOutput('the victim to start the job', new RegExp(`started sleep ${job.id}\\b`));
+    await allow(other, 'pinned');
+
+    victim.pause();
+    await waitFor('the other worker to run the job', () => new RegExp(`started sleep ${job.id}\\b`).test(other.output));
+    const otherId = other.workerId!;
+    const { rows: taken } = await sql.query('select locked_by, attempts, last_error from job_queue.jobs where id = $1', [job.id]);
+    assert.equal(taken[0].locked_by, otherId);
+    assert.equal(taken[0].attempts, 2, 'the stalled attempt counted');
+    assert.match(taken[0].last_error, /^JQ_WORKER_LOST: worker \S+ stopped heartbeating/);
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.workers where id = $1', [oldId])).rows[0].n, 0);
+
+    // only the victim may run the marker: once it has, under a new id, whatever it had to write for the job is written
+    await forbid(other, 'marker');
+    victim.resume();
+    await victim.waitForOutput('the victim to learn it was declared dead', /was declared dead by the cluster/);
+    await victim.waitForOutput('its stale handler to finish', new RegExp(`finished sleep ${job.id}\\b`));
+    const [marker] = (await sql.query(`select id::text from job_queue.add_job('record', flags => '{marker}')`)).rows;
+    await waitForValue(sql, 'the victim to run the marker', 'select count(*)::int from runs where job_id = $1 and pid = $2', 1, [marker.id, victim.pid]);
+    await waitForValue(sql, 'the marker\'s completion', 'select count(*)::int from job_queue.jobs where id = $1', 0, [marker.id]);
+
+    const { rows: after } = await sql.query('select locked_by, attempts from job_queue.jobs where id = $1', [job.id]);
+    assert.deepEqual(after, [{ locked_by: otherId, attempts: 2 }], 'the stalled worker wrote nothing for the job it lost');
+    const { rows: ids } = await sql.query(`select id from job_queue.workers where id like $1`, [`%-${victim.pid}-%`]);
+    assert.equal(ids.length, 1);
+    assert.notEqual(ids[0].id, oldId, 'it rejoined under a new id');
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs where locked_by = $1', [oldId])).rows[0].n, 0, 'nothing is held under the old id');
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.job_queues where locked_by = $1', [oldId])).rows[0].n, 0);
+
+    // the other run completes the job: it ran twice (the stall case), but one outcome was written
+    await waitForValue(sql, 'the other run to complete the job', 'select count(*)::int from job_queue.jobs where id = $1', 0, [job.id]);
+    return { newVictimId: ids[0].id as string, otherId };
+  }
+
+  it('its job runs elsewhere; afterwards it writes no outcome for it and rejoins under a new id', async () => {
+    // the other process is the maintenance leader, and sweeps
+    const [other] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
+    await waitFor('the first process to lead', async () => (await leaseHolder()) === other.workerId);
+    const [victim] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
+    await stallAndResume(victim, other);
+    assert.equal(await leaseHolder(), other.workerId);
+  });
+
+  it('the same when the stalled worker is the maintenance leader: the other takes over the lease, and keeps it', async () => {
+    const [victim] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
+    await waitFor('the victim to lead', async () => (await leaseHolder()) === victim.workerId);
+    const [other] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
+    const { otherId } = await stallAndResume(victim, other);
+    assert.equal(await leaseHolder(), otherId, 'the lease stayed with the worker that took it over');
+  });
+});

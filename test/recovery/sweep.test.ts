@@ -1,0 +1,170 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import type { Client } from 'pg';
+import { JobQueueMaintenance, type JobQueueEvent } from '../../libs/job-queue/src';
+import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
+import { createTestApp, type TestApp } from '../support/app';
+import { connect, createTestDatabase } from '../support/database';
+import { waitFor } from '../support/wait';
+
+/**
+ * The maintenance sweep, driven by hand (`runOnce`) on rows made to look like what dead,
+ * slow, vanished and live workers leave behind.
+ */
+describe('the dead-worker sweep', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let sql: Client;
+  let t: TestApp;
+  let maintenance: JobQueueMaintenance;
+  const events: JobQueueEvent[] = [];
+
+  before(async () => {
+    db = await createTestDatabase('sweep');
+    sql = await connect(db.url);
+    // worker: false: nothing claims or sweeps unless the test says so
+    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
+    maintenance = t.app.get(JobQueueMaintenance);
+    t.worker.events$.subscribe((e) => events.push(e));
+  });
+  beforeEach(async () => {
+    events.length = 0;
+    await sql.query('delete from job_queue.jobs; delete from job_queue.workers; delete from job_queue.job_queues; delete from job_queue.leases');
+  });
+  after(async () => {
+    await t.close();
+    await sql.end();
+    await db.drop();
+  });
+
+  /** Adds a job and makes it look held by `worker` since `lockedAgo`, started or only claimed. */
+  async function held(worker: string, { started = true, lockedAgo = '1 hour', maxAttempts = 25, queue = null as string | null } = {}) {
+    const [added] = (
+      await sql.query(`select id from job_queue.add_job('work', queue_name => $1, max_attempts => $2, run_at => now() - interval '2 hours')`, [queue, maxAttempts])
+    ).rows;
+    const { rows } = await sql.query(
+      `update job_queue.jobs j set attempts = 1, locked_by = $1, locked_at = now() - $2::interval, started_at = case when $3 then now() - $2::interval end
+       where j.id = $4 returning j.id::text, j.run_at`,
+      [worker, lockedAgo, started, added.id],
+    );
+    if (queue) await sql.query(`update job_queue.job_queues set locked_by = $1, locked_at = now() - $2::interval where queue_name = $3`, [worker, lockedAgo, queue]);
+    return rows[0] as { id: string; run_at: Date };
+  }
+  const row = async (id: string) =>
+    (await sql.query(
+      `select attempts, max_attempts, locked_by, started_at, last_error, run_at, first_run_at, is_available from job_queue.jobs where id = $1`,
+      [id],
+    )).rows[0];
+
+  it('releases what dead and vanished workers held, by each worker\'s own timeout, charging only started jobs', async () => {
+    await sql.query(`insert into job_queue.workers (id, heartbeat_at, timeout_ms) values
+      ('dead', now() - interval '1 hour', 20000),
+      ('slow', now() - interval '40 seconds', 60000),
+      ('live', now(), 20000)`);
+    const startedJob = await held('dead', { queue: 'billing' });
+    const nextInQueue = (await sql.query(`select id::text from job_queue.add_job('work', queue_name => 'billing')`)).rows[0];
+    const prefetched = await held('dead', { started: false });
+    const lastAttempt = await held('dead', { maxAttempts: 1 });
+    const vanished = await held('ghost'); // a lock whose worker has no row at all
+    const recentGhost = await held('ghost-2', { lockedAgo: '0 seconds' }); // its claim may still be committing
+    const slowJob = await held('slow'); // 40 s without a heartbeat, but its own timeout is 60 s
+    const liveJob = await held('live');
+
+    await maintenance.runOnce();
+    assert.equal(maintenance.isLeader, true);
+
+    const s = await row(startedJob.id);
+    assert.equal(s.locked_by, null);
+    assert.equal(s.started_at, null);
+    assert.equal(s.attempts, 1, 'the started attempt counts');
+    assert.equal(s.last_error, 'JQ_WORKER_LOST: worker dead stopped heartbeating while it ran the job');
+    assert.deepEqual(s.first_run_at, startedJob.run_at, 'its place in its queue is kept');
+    assert.ok(s.run_at.getTime() > Date.now(), 'retried after the backoff');
+    const p = await row(prefetched.id);
+    assert.deepEqual([p.locked_by, p.attempts, p.last_error, p.run_at], [null, 0, null, prefetched.run_at], 'a prefetched job goes back as it was');
+    const l = await row(lastAttempt.id);
+    assert.deepEqual([l.locked_by, l.attempts, l.is_available], [null, 1, false], 'out of attempts: failed for good');
+    assert.match(l.last_error, /^JQ_WORKER_LOST/);
+    assert.deepEqual([(await row(vanished.id)).locked_by, (await row(vanished.id)).attempts], [null, 1]);
+    assert.equal((await row(recentGhost.id)).locked_by, 'ghost-2', 'a fresh lock of an unknown worker is left alone');
+    assert.equal((await row(slowJob.id)).locked_by, 'slow', 'judged by its own timeout');
+    assert.equal((await row(liveJob.id)).locked_by, 'live');
+    assert.deepEqual((await sql.query('select id from job_queue.workers order by id')).rows.map((r) => r.id), ['live', 'slow']);
+    assert.deepEqual((await sql.query(`select locked_by from job_queue.job_queues where queue_name = 'billing'`)).rows, [{ locked_by: null }]);
+
+    const rescued = events.filter((e) => e.type === 'job:rescued');
+    assert.deepEqual(
+      rescued.map((e) => e.type === 'job:rescued' && [e.jobId, e.deadWorkerId, e.started, e.failed]).sort(),
+      [
+        [startedJob.id, 'dead', true, false],
+        [prefetched.id, 'dead', false, false],
+        [lastAttempt.id, 'dead', true, true],
+        [vanished.id, 'ghost', true, false],
+      ].sort(),
+    );
+    // the queue's next job waits behind its head's retry; the prefetched job is free to run again
+    const claimed = await t.app.get(JobQueueDatabase).run<{ id: string }>('claimJobs', [['work'], [], 10, 'live', 10]);
+    assert.deepEqual(claimed.map((j) => j.id), [prefetched.id], `not ${nextInQueue.id}, which waits behind its queue's head`);
+  });
+
+  it('never waits on a row a caller holds: that job is released by a later sweep', async () => {
+    await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('dead', now() - interval '1 hour')`);
+    const job = await held('dead');
+    const caller = await connect(db.url);
+    try {
+      await caller.query('begin');
+      await caller.query('select 1 from job_queue.jobs where id = $1 for update', [job.id]);
+      await maintenance.runOnce(); // returns, rather than waiting for the caller
+      assert.equal((await row(job.id)).locked_by, 'dead');
+      await caller.query('commit');
+    } finally {
+      await caller.end();
+    }
+    await maintenance.runOnce(); // the worker row is gone by now: the orphan rule takes the job
+    assert.equal((await row(job.id)).locked_by, null);
+  });
+
+  it('a sweep that comes late leaves alone a job another worker has claimed again', async () => {
+    // dead-1 held the job. A late sweep takes its snapshot, then is held up (here: by a row
+    // lock on another dead worker's row); meanwhile a new worker registers and claims the job.
+    await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('dead-1', now() - interval '1 hour'), ('dead-2', now() - interval '1 hour')`);
+    const job = await held('dead-1');
+    const blocker = await connect(db.url);
+    const lateSweeper = await connect(db.url);
+    try {
+      await blocker.query('begin');
+      await blocker.query(`select 1 from job_queue.workers where id = 'dead-2' for update`);
+      const queries = t.app.get(JobQueueDatabase).sql;
+      const late = lateSweeper.query(queries.rescueJobs, [1000, 20000]);
+      await waitFor('the late sweep to be held up', async () =>
+        (await sql.query(`select count(*)::int as n from pg_stat_activity where query like '%with dead as%' and wait_event_type = 'Lock'`)).rows[0].n === 1,
+      );
+      // a worker that registered after the late sweep's snapshot claims the job again
+      await sql.query(`insert into job_queue.workers (id) values ('alive')`);
+      await sql.query(`update job_queue.jobs set locked_by = 'alive', locked_at = now(), attempts = attempts + 1, started_at = now() where id = $1`, [job.id]);
+      await blocker.query('commit');
+      const [result] = (await late).rows;
+      assert.deepEqual(result.rescued, [], 'the late sweep rescued nothing');
+      assert.deepEqual(result.dead.sort(), ['dead-1', 'dead-2']);
+    } finally {
+      await blocker.end();
+      await lateSweeper.end();
+    }
+    const r = await row(job.id);
+    assert.deepEqual([r.locked_by, r.attempts, r.last_error], ['alive', 2, null]);
+  });
+
+  it('deletes idle queue rows, keeps busy ones, and a queue whose row went still runs', async () => {
+    await sql.query(`insert into job_queue.job_queues (queue_name) select 'idle-' || n from generate_series(1, 30) n`);
+    await sql.query(`select job_queue.add_job('work', queue_name => 'waiting')`);
+    await sql.query(`insert into job_queue.workers (id) values ('live')`);
+    await held('live', { queue: 'running' });
+    await maintenance.runOnce();
+    assert.deepEqual((await sql.query('select queue_name from job_queue.job_queues order by 1')).rows.map((r) => r.queue_name), ['running', 'waiting']);
+
+    // the cleaner raced an add (simulated: the row of a queue with a waiting job is gone): the claim makes the row again
+    await sql.query(`delete from job_queue.job_queues where queue_name = 'waiting'`);
+    const claimed = await t.app.get(JobQueueDatabase).run<{ id: string; queue_name: string }>('claimJobs', [['work'], [], 10, 'live', 10]);
+    assert.deepEqual(claimed.map((j) => j.queue_name), ['waiting']);
+    assert.deepEqual((await sql.query(`select locked_by from job_queue.job_queues where queue_name = 'waiting'`)).rows, [{ locked_by: 'live' }]);
+  });
+});

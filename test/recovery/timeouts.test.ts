@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
+import type { Client } from 'pg';
+import { isJobQueueError, Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import { createTestApp, type TestApp } from '../support/app';
+import { connect, createTestDatabase } from '../support/database';
+import { waitFor, waitForValue } from '../support/wait';
+
+/** Per run of the `ignores` task: when it began and ended. */
+const ignoredRuns: Array<{ start: number; end?: number }> = [];
+let politeReasons: unknown[] = [];
+const defaultTimeoutReasons: unknown[] = [];
+
+@Injectable()
+class TimeoutTasks {
+  /** Honours its signal: an attempt ends as soon as the timeout aborts it. */
+  @Task('polite', { timeout: '200ms', maxAttempts: 2, retryDelay: () => 0 })
+  async polite(_payload: unknown, ctx: JobContext) {
+    await new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason)));
+  }
+
+  /** Ignores its signal, runs 1.5 s (past the 1 s after which it counts as stuck), and would even succeed: the timeout is its outcome all the same. */
+  @Task('ignores', { timeout: 200, maxAttempts: 2, retryDelay: () => 0 })
+  async ignores() {
+    const run: { start: number; end?: number } = { start: Date.now() };
+    ignoredRuns.push(run);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    run.end = Date.now();
+    return 'done anyway';
+  }
+
+  /** No timeout of its own: the module's jobTimeout applies. */
+  @Task('uses_default', { maxAttempts: 1 })
+  async usesDefault(_payload: unknown, ctx: JobContext) {
+    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+    defaultTimeoutReasons.push(ctx.signal.reason);
+    throw ctx.signal.reason;
+  }
+
+  /** Finishes well within its timeout. */
+  @Task('quick', { timeout: '5s' })
+  async quick() {
+    return 'ok';
+  }
+}
+
+describe('per-job timeouts', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let sql: Client;
+  let t: TestApp;
+  const events: JobQueueEvent[] = [];
+
+  before(async () => {
+    db = await createTestDatabase('timeouts');
+    sql = await connect(db.url);
+    t = await createTestApp({ url: db.url, providers: [TimeoutTasks], jobQueue: { jobTimeout: '300ms', concurrency: 4 } });
+    t.worker.events$.subscribe((e) => events.push(e));
+  });
+  after(async () => {
+    await t.close();
+    await sql.end();
+    await db.drop();
+  });
+
+  const jobRow = async (id: string) =>
+    (await sql.query('select attempts, max_attempts, last_error, locked_by from job_queue.jobs where id = $1', [id])).rows[0];
+
+  it('a timeout aborts the signal with JQ_JOB_TIMEOUT, fails the attempt, retries, and finally fails the job for good', async () => {
+    politeReasons = [];
+    const sub = t.worker.events$.subscribe((e) => e.type === 'job:error' || e.type === 'job:failed' ? politeReasons.push(e.error) : undefined);
+    const job = await t.jobs.add('polite');
+    await waitFor('the job to fail for good', () => events.some((e) => e.type === 'job:failed' && e.job.id === job.id));
+    sub.unsubscribe();
+    await waitForValue(sql, 'its row to be released', 'select count(*)::int from job_queue.jobs where id = $1 and locked_by is null', 1, [job.id]);
+    const row = await jobRow(job.id);
+    assert.equal(row.attempts, 2);
+    assert.match(row.last_error, /^JQ_JOB_TIMEOUT: job \d+ \(polite\) ran past its timeout of 200 ms$/);
+    assert.equal(politeReasons.length, 2);
+    for (const reason of politeReasons) assert.ok(isJobQueueError(reason, 'JQ_JOB_TIMEOUT'), String(reason));
+    const error = events.find((e) => e.type === 'job:error' && e.job.id === job.id);
+    assert.ok(error?.type === 'job:error' && error.retryAt instanceof Date, 'the first timeout was retried');
+  });
+
+  it('a handler that ignores the signal keeps its job and never runs twice at once; it is reported stuck, and its outcome is the timeout', async () => {
+    ignoredRuns.length = 0;
+    const job = await t.jobs.add('ignores');
+    await waitFor('the first attempt to be reported stuck', () =>
+      events.some((e) => e.type === 'job:stuck' && e.job.id === job.id && e.reason === 'timeout'),
+    );
+    // past its timeout and stuck, it still holds the job: nothing else may take it
+    const stuckRow = await jobRow(job.id);
+    assert.equal(stuckRow.locked_by, t.worker.workerId);
+    assert.equal(ignoredRuns.length, 1);
+
+    await waitFor('the job to fail for good', () => events.some((e) => e.type === 'job:failed' && e.job.id === job.id));
+    await waitForValue(sql, 'its row to be released', 'select count(*)::int from job_queue.jobs where id = $1 and locked_by is null', 1, [job.id]);
+    assert.equal(ignoredRuns.length, 2, 'two attempts');
+    assert.ok(ignoredRuns[0].end! <= ignoredRuns[1].start, 'the second began only after the first had settled');
+    const row = await jobRow(job.id);
+    assert.equal(row.attempts, 2);
+    assert.match(row.last_error, /^JQ_JOB_TIMEOUT: /, 'the timeout is the outcome, though the handler returned');
+    assert.equal(events.some((e) => e.type === 'job:success' && e.job.id === job.id), false);
+  });
+
+  it('the module\'s jobTimeout applies to tasks without one; a job within its timeout is untouched', async () => {
+    const slow = await t.jobs.add('uses_default');
+    const quick = await t.jobs.add('quick');
+    await waitFor('the slow job to fail', () => events.some((e) => e.type === 'job:failed' && e.job.id === slow.id));
+    assert.ok(isJobQueueError(defaultTimeoutReasons[0], 'JQ_JOB_TIMEOUT'));
+    assert.match(String((defaultTimeoutReasons[0] as Error).message), /timeout of 300 ms/);
+    await waitForValue(sql, 'the quick job to complete', 'select count(*)::int from job_queue.jobs where id = $1', 0, [quick.id]);
+  });
+
+  it('bad timeouts are refused at startup with their codes', async () => {
+    @Injectable()
+    class BadTimeout {
+      @Task('bad_timeout', { timeout: 'soon' })
+      async run() {}
+    }
+    await assert.rejects(createTestApp({ url: db.url, providers: [BadTimeout] }), (error) => {
+      assert.ok(isJobQueueError(error, 'JQ_INVALID_TASK_OPTIONS'), String(error));
+      assert.match((error as Error).message, /@Task\('bad_timeout'\) on BadTimeout\.run: timeout must be a duration/);
+      return true;
+    });
+    for (const jobQueue of [{ jobTimeout: -1 }, { jobTimeout: '2 hours' }, { workerTimeout: '1s', heartbeatInterval: '1s' }, { heartbeatInterval: 5 }]) {
+      await assert.rejects(createTestApp({ url: db.url, jobQueue }), (error) => isJobQueueError(error, 'JQ_INVALID_OPTIONS'), JSON.stringify(jobQueue));
+    }
+  });
+});
