@@ -20,23 +20,34 @@ export function createWorkerQueries(s: string, channel: string) {
      * returned, and frees their queues. At shutdown $2 are the handlers still running after
      * the abort (kept, so that nothing runs them twice); after a claim whose reply was lost,
      * $2 are the jobs the worker knows it holds. By worker rather than by id, so that a
-     * claim whose reply was lost is given back too (jobs_locked_by_idx finds the rows). It
-     * waits for a row lock someone else holds: skipping the row would leave its job locked
-     * by a worker that forgot it.
+     * claim whose reply was lost is given back too (jobs_locked_by_idx finds the rows).
+     * A row someone else has locked (a caller replacing a keyed job in an open transaction)
+     * is skipped and counted in `busy`: the caller may retry, or leave it to the sweep's
+     * orphan rule once the worker's row is gone. A queue stays locked while any job of this
+     * worker in it is still locked (kept or skipped), so its order holds.
      */
     giveBackJobs: `
-      with given_back as (
-        update ${s}.jobs set
-          attempts = greatest(attempts - 1, 0), locked_at = null, locked_by = null, started_at = null, updated_at = now()
+      with mine as materialized (
+        select id from ${s}.jobs
         where locked_by = $1 and not (id = any($2::bigint[]))
-        returning id
+        for no key update skip locked
+      ),
+      given_back as (
+        update ${s}.jobs j set
+          attempts = greatest(j.attempts - 1, 0), locked_at = null, locked_by = null, started_at = null, updated_at = now()
+        from mine where j.id = mine.id
+        returning j.id
       ),
       unlocked as (
         update ${s}.job_queues q set locked_at = null, locked_by = null
         where q.locked_by = $1
-          and not exists (select 1 from ${s}.jobs j where j.id = any($2::bigint[]) and j.queue_name = q.queue_name)
+          and not exists (
+            select 1 from ${s}.jobs j
+            where j.queue_name = q.queue_name and j.locked_by = $1 and j.id not in (select id from given_back))
       ),
       woken as (select pg_notify('${channel}', '') from given_back limit 1)
-      select id::text from given_back left join woken on true`,
+      select array(select id::text from given_back) as given_back,
+             (select count(*) from ${s}.jobs where locked_by = $1 and not (id = any($2::bigint[])) and id not in (select id from mine))::int as busy,
+             (select count(*) from woken)::int as woken`,
   };
 }

@@ -23,6 +23,9 @@ import { defaultRetryDelayMs } from './retry-delay';
 import { errorMessage, runJob, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
 
+/** How often a give-back retries rows someone else has locked (after 4, 16, 64, then 100 ms each: about 1 s). */
+const GIVE_BACK_BUSY_TRIES = 12;
+
 const newWorkerId = () => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
 
 /**
@@ -219,9 +222,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     if (!this.claimReplyLost || this.stopping) return 0;
     const known = [...this.running.keys(), ...this.prefetched.map((job) => job.id), ...this.batcher.unwrittenIds()];
     try {
-      const rows = await this.runPinned<{ id: string }>('giveBackJobs', [this.id, known]);
-      this.claimReplyLost = false;
-      if (rows.length > 0) this.logger.warn(`Gave back ${rows.length} job(s) claimed by a claim whose reply was lost: ${rows.map((r) => r.id).join(', ')}`);
+      const [row] = await this.runPinned<{ given_back: string[]; busy: number }>('giveBackJobs', [this.id, known]);
+      this.claimReplyLost = row.busy > 0; // a row someone has locked: try again at the next heartbeat
+      if (row.given_back.length > 0) {
+        this.logger.warn(`Gave back ${row.given_back.length} job(s) claimed by a claim whose reply was lost: ${row.given_back.join(', ')}`);
+      }
     } catch (error) {
       this.reportError('give-back', error);
     }
@@ -461,18 +466,38 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
-  /** Gives back every job this worker holds except `keep`, retrying a few times; returns their ids. */
+  /**
+   * Gives back every job this worker holds except `keep`; returns their ids. A failed
+   * statement is retried a few times; rows a caller has locked are tried again for a
+   * moment, then left to the maintenance sweep (they are released once this worker's row
+   * is gone and workerTimeout has passed), so that a caller's open transaction cannot hold
+   * up the shutdown.
+   */
   private async giveBack(keep: string[]): Promise<string[]> {
-    for (let attempt = 1; attempt <= 5; attempt++) {
+    const givenBack: string[] = [];
+    let failures = 0;
+    for (let busyTries = 0; ; ) {
+      let busy: number;
       try {
-        const rows = await this.runPinned<{ id: string }>('giveBackJobs', [this.id, keep]);
-        return rows.map((row) => row.id);
+        const [row] = await this.runPinned<{ given_back: string[]; busy: number }>('giveBackJobs', [this.id, keep]);
+        givenBack.push(...row.given_back);
+        busy = row.busy;
       } catch (error) {
         this.reportError('give-back', error);
-        await sleep(backoffMs(attempt));
+        if (++failures >= 5) return givenBack;
+        await sleep(backoffMs(failures));
+        continue;
       }
+      if (busy === 0) return givenBack;
+      if (++busyTries > GIVE_BACK_BUSY_TRIES) {
+        this.logger.warn(
+          `${busy} job(s) held by ${this.id} are row-locked by another transaction and were not given back; ` +
+            `the maintenance sweep releases them once this worker is gone`,
+        );
+        return givenBack;
+      }
+      await sleep(Math.min(100, 4 ** busyTries));
     }
-    return [];
   }
 
   /** Logs a failed query or connection (the caller retries) and emits it as a worker:error event; the cron scheduler and maintenance report through it too. */
