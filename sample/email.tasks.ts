@@ -21,10 +21,16 @@ export class EmailTasks {
     ctx.logger.log(`User ${payload.userId} synced to the CRM on attempt ${ctx.job.attempts}`);
   }
 
-  /** Jobs of the `billing` queue run one at a time, in order, across every replica. */
-  @Task('charge_invoice', { queueName: 'billing' })
+  /**
+   * Jobs of the `billing` queue run one at a time, in order, across every replica. An
+   * attempt may take 10 s at most: then `ctx.signal` aborts (JQ_JOB_TIMEOUT) and it is retried.
+   */
+  @Task('charge_invoice', { queueName: 'billing', timeout: '10s' })
   async chargeInvoice(payload: { invoice: number }, ctx: JobContext) {
     ctx.logger.log(`Charging invoice ${payload.invoice}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(resolve, 200);
+      ctx.signal.addEventListener('abort', () => (clearTimeout(timer), reject(ctx.signal.reason)));
+    });
   }
 }
