@@ -358,8 +358,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       // Claimed while stop() began: given back by stop(). Claimed under an id fenced since: the sweep's orphan rule frees them.
       if (this.stopping || claimedAs !== this.id) break;
       // The ones the claim marked started go first: they were claimed for the free slots.
-      rows.sort((a, b) => Number(b.started_at !== null) - Number(a.started_at !== null));
-      for (const row of rows) this.prefetched.push(toJob(row));
+      const jobs = rows.map((row) => toJob(row));
+      this.prefetched.unshift(...jobs.filter((job) => job.startedAt !== null));
+      this.prefetched.push(...jobs.filter((job) => job.startedAt === null));
       this.startPrefetched();
       total += rows.length;
       // Fewer candidates than asked for: the table has nothing more for us right now.
