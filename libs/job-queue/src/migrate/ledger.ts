@@ -57,7 +57,8 @@ export async function applyOnce(
  * the jobs table's lock behind a long transaction would block every add and claim queued
  * behind it; and a concurrent index build waits for every transaction holding a snapshot,
  * which may be another runner's, waiting for this one's lock (TypeORM's runner waits inside
- * its transaction). Stepping aside lets that runner go first.
+ * its transaction; 0.1.0's runner waits in a blocking statement, a deadlock PostgreSQL
+ * breaks by failing one side). Stepping aside lets that runner go first.
  */
 const STEP_LOCK_TIMEOUT_MS = 2_000;
 const MAX_TRIES = 100;
@@ -75,7 +76,9 @@ async function applyOutsideTransaction(
       await q.query(`set lock_timeout = ${STEP_LOCK_TIMEOUT_MS}`);
       return await applyIfNew(q, schema, name, () => apply({ concurrently: true }));
     } catch (error) {
-      if ((error as { code?: string }).code !== '55P03' || tries >= MAX_TRIES) throw error;
+      // 55P03: lock_timeout. 40P01: PostgreSQL broke a deadlock by failing this step (a
+      // runner of 0.1.0 waits for the lock in a statement, which the build then waits for).
+      if (!['55P03', '40P01'].includes((error as { code?: string }).code ?? '') || tries >= MAX_TRIES) throw error;
     } finally {
       await q.query('reset lock_timeout');
       await q.query('select pg_advisory_unlock(hashtext($1))', [migrationLockKey(schema)]);

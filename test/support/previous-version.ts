@@ -1,0 +1,154 @@
+/**
+ * The previous version of the library, for upgrade tests: the package as it was at commit
+ * PREVIOUS_VERSION, packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
+ * test/fixtures/pack-previous-version.sh and kept in the repository, installed into an app
+ * folder of its own without the network; and worker processes of the app
+ * test/fixtures/old-worker.js running on it (see that file for its tasks and commands).
+ * Like worker-processes.ts: a child that exits without being told to is a crash, and every
+ * wait of the test fails at once with its output (wait.ts); stopOldWorkers() reports it too.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { clearCrashes, reportCrash, waitFor } from './wait';
+import type { Exit } from './worker-processes';
+
+/** The last commit before migration RecoveryAndQueueOrder1763800000000. */
+export const PREVIOUS_VERSION = '0d7d0f2';
+
+const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
+const fixtures = join(root, 'test', 'fixtures');
+
+export interface PreviousVersionApp {
+  /** The app folder: old-worker.js, and node_modules with the old nestjs-job-queue in it. */
+  dir: string;
+  remove(): void;
+}
+
+/**
+ * Makes an app folder in the temp dir with the old package unpacked as
+ * node_modules/nestjs-job-queue (the tarball's top folder is `package/`), and every other
+ * entry of the repository's node_modules linked beside it, so that the old library loads
+ * the same @nestjs/*, typeorm, pg and cron as the new code, as one deployed app would.
+ */
+export function installPreviousVersion(): PreviousVersionApp {
+  const dir = mkdtempSync(join(tmpdir(), `jq-previous-${PREVIOUS_VERSION}-`));
+  try {
+    const modules = join(dir, 'node_modules');
+    const pkg = join(modules, 'nestjs-job-queue');
+    mkdirSync(pkg, { recursive: true });
+    const tarball = join(fixtures, `nestjs-job-queue-${PREVIOUS_VERSION}.tgz`);
+    const tar = spawnSync('tar', ['-xzf', tarball, '-C', pkg, '--strip-components=1'], { encoding: 'utf8' });
+    if (tar.status !== 0) throw new Error(`could not unpack ${tarball}: ${tar.error?.message ?? tar.stderr}`);
+    for (const entry of readdirSync(join(root, 'node_modules'))) {
+      if (entry !== 'nestjs-job-queue') symlinkSync(join(root, 'node_modules', entry), join(modules, entry));
+    }
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'previous-version-app', private: true, type: 'commonjs' }));
+    copyFileSync(join(fixtures, 'old-worker.js'), join(dir, 'old-worker.js'));
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+  return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+const live = new Set<OldWorkerProcess>();
+const crashes: string[] = [];
+
+/** A process of old-worker.js: a worker app on the previous version. */
+export class OldWorkerProcess {
+  readonly child: ChildProcess;
+  /** Everything the child wrote, stdout and stderr interleaved. */
+  output = '';
+  readonly exited: Promise<Exit>;
+  private told = false;
+
+  private constructor(app: PreviousVersionApp, url: string) {
+    this.child = spawn(process.execPath, [join(app.dir, 'old-worker.js')], {
+      cwd: app.dir,
+      env: { ...process.env, DATABASE_URL: url, NO_COLOR: '1' }, // Nest's log lines without colour codes, for the test's patterns
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    this.child.stdout!.on('data', (chunk) => (this.output += chunk));
+    this.child.stderr!.on('data', (chunk) => (this.output += chunk));
+    this.child.stdin!.on('error', () => undefined); // writing to a child that just died
+    live.add(this);
+    this.exited = new Promise((resolve) => {
+      this.child.on('close', (code, signal) => {
+        live.delete(this);
+        if (!this.told) {
+          const report = `the old worker (pid ${this.child.pid}) exited by itself (code ${code}, signal ${signal}); its output:\n${this.output}`;
+          crashes.push(report);
+          reportCrash(new Error(report));
+        }
+        resolve({ code, signal });
+      });
+    });
+  }
+
+  /** Starts one and resolves once its worker has started (and so its migrations have run). */
+  static async start(app: PreviousVersionApp, url: string): Promise<OldWorkerProcess> {
+    const worker = new OldWorkerProcess(app, url);
+    await worker.waitForOutput('ready', /^ready \S+$/m);
+    return worker;
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  get workerId(): string | undefined {
+    return /^ready (\S+)$/m.exec(this.output)?.[1];
+  }
+
+  /** Where `nestjs-job-queue` resolved from in the child, and the migrations that version has. */
+  get library(): { path: string; migrations: string[] } | undefined {
+    const match = /^library (\S+) (\S*)$/m.exec(this.output);
+    return match ? { path: match[1], migrations: match[2].split(',').filter(Boolean) } : undefined;
+  }
+
+  private commands = 0;
+
+  /**
+   * Adds jobs through the child's own JobQueueService (`add()` each, at once, or one
+   * `addMany()`), and resolves with their ids. `runAt` may be given as an ISO string.
+   */
+  async add(specs: Array<{ identifier: string; payload?: unknown; [spec: string]: unknown }>, { many = false } = {}): Promise<string[]> {
+    const tag = `c${++this.commands}`;
+    this.child.stdin!.write(`${JSON.stringify({ tag, add: specs, many })}\n`);
+    const added = new RegExp(`^added ${tag} (\\[.*\\])$`, 'm');
+    const failed = new RegExp(`^add failed ${tag}:`, 'm');
+    await this.waitForOutput(`the jobs of command ${tag} to be added`, () => added.test(this.output) || failed.test(this.output));
+    const match = added.exec(this.output);
+    if (!match) throw new Error(`the old worker could not add the jobs of command ${tag}; its output:\n${this.output}`);
+    return JSON.parse(match[1]) as string[];
+  }
+
+  /** SIGTERM, as an orchestrator stops a replica; resolves when it has exited. */
+  async terminate(): Promise<Exit> {
+    this.told = true;
+    this.child.kill('SIGTERM');
+    return this.exited;
+  }
+
+  async kill(): Promise<Exit> {
+    this.told = true;
+    this.child.kill('SIGKILL');
+    return this.exited;
+  }
+
+  /** Resolves when the child has printed something matching `pattern`. */
+  async waitForOutput(what: string, pattern: RegExp | (() => boolean)): Promise<void> {
+    const matches = typeof pattern === 'function' ? pattern : () => pattern.test(this.output);
+    await waitFor(() => `the old worker to print ${what}; it printed:\n${this.output}`, matches);
+  }
+}
+
+/** For a test's `after`/`afterEach`: kills every old worker still running, and fails if any of them crashed. */
+export async function stopOldWorkers(): Promise<void> {
+  await Promise.all([...live].map((worker) => worker.kill()));
+  const reports = crashes.splice(0);
+  clearCrashes();
+  if (reports.length > 0) throw new Error(reports.join('\n\n'));
+}
