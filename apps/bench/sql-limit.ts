@@ -74,14 +74,16 @@ async function measureClaimCompleteLoops(clients: Client[], config: BenchConfig)
 }
 
 async function claimCompleteLoop(client: Client, workerId: string, batchSize: number): Promise<number> {
+  // claims require the worker's row, as a worker's do; every job claimed is marked started (as for free slots)
+  await client.query({ name: 'bench_register', text: sql.registerWorker, values: [workerId, 20_000] });
   let done = 0;
   for (;;) {
-    const claimed = await client.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId] });
+    const claimed = await client.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize] });
     if (claimed.rows.length === 0) return done;
     // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
     let ids = claimed.rows.map((row) => row.id);
     while (ids.length > 0) {
-      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, [], [], []] });
+      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, [], [], [], []] });
       const { released: count, busy } = released.rows[0];
       if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
       done += count;
