@@ -161,6 +161,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const id = this.id;
     try {
       const rows = await this.runPinned('heartbeatWorker', [id]);
+      // Unregistered meanwhile (a stop): the row is gone because this worker removed it.
+      if (!this.registered) return;
       if (rows.length === 0 && id === this.id) {
         this.fetchChain = this.fetchChain.then(() => this.fence(id));
         return;
@@ -187,7 +189,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    * a new id. Runs in the fetch chain, so no claim is in flight meanwhile.
    */
   private async fence(oldId: string): Promise<number> {
-    if (oldId !== this.id) return 0;
+    if (oldId !== this.id || !this.registered) return 0;
     const lostJobs = [...this.running.keys(), ...this.prefetched.map((job) => job.id)];
     for (const entry of this.running.values()) {
       entry.lost = true;
