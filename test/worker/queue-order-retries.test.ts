@@ -5,7 +5,7 @@ import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
-import { waitFor, waitForNoJobs } from '../support/wait';
+import { waitFor, waitForNoJobs, waitForValue } from '../support/wait';
 
 /** Per queue, what ran in which order: `<seq>` for a success, `<seq>!` for a failed attempt. */
 const order = new Map<string, string[]>();
@@ -64,7 +64,8 @@ describe('named queues through retries', () => {
       [['billing', 0, true], ['billing', 0, true], ['billing', 2, true]],
       'a queue held up by its failing head is announced',
     );
-    // the failed head is kept, failed for good; the rest are done
+    // the failed head is kept, failed for good; the rest are done (once their completions are written)
+    await waitForValue(sql, 'the completions to be written', `select count(*)::int from job_queue.jobs where queue_name is distinct from 'sync' or locked_by is not null`, 0);
     const { rows } = await sql.query(`select queue_name, attempts, max_attempts from job_queue.jobs`);
     assert.deepEqual(rows, [{ queue_name: 'sync', attempts: 1, max_attempts: 1 }]);
   });
