@@ -5,6 +5,7 @@ import { createJobQueueMigrations, JobQueueMigrations, JobQueueModule, JobQueueS
 import { NestFactory } from '@nestjs/core';
 import { Module } from '@nestjs/common';
 import { createTestApp } from '../support/app';
+import { waitFor } from '../support/wait';
 import { connect, createTestDatabase } from '../support/database';
 
 /** Every migration, oldest first. */
@@ -108,6 +109,35 @@ describe('migrations', () => {
         assert.equal((await sql.query(`select count(*)::int as n from job_queue.jobs`)).rows[0].n, 3);
       }
     } finally {
+      await sql.end();
+      await db.drop();
+    }
+  });
+
+  it('an index build waits out a long transaction elsewhere in the database, rather than failing the migration', async () => {
+    const db = await createTestDatabase('long_tx');
+    const sql = await connect(db.url);
+    const holder = await connect(db.url);
+    try {
+      // the first migration only, as an earlier version left it
+      const first = new DataSource({ type: 'postgres', url: db.url, migrations: [createJobQueueMigrations()[0]] });
+      await first.initialize();
+      await first.runMigrations();
+      await first.destroy();
+      // a report (or pg_dump) with an old snapshot, on tables that are not ours
+      await holder.query('begin isolation level repeatable read');
+      await holder.query('select count(*) from pg_class');
+      const booting = createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
+      await waitFor('the index build to have waited longer than a lock timeout would allow', async () =>
+        (await sql.query(`select 1 from pg_stat_activity where datname = current_database() and query ilike 'create index concurrently%' and now() - query_start > interval '3 seconds'`)).rows.length > 0,
+      );
+      await holder.query('commit');
+      const t = await booting;
+      await t.close();
+      assert.deepEqual((await sql.query('select name from job_queue.migrations order by id')).rows.map((r) => r.name), ALL_MIGRATIONS);
+      assert.deepEqual((await sql.query(`select indexrelid::regclass::text as name from pg_index where not indisvalid`)).rows, []);
+    } finally {
+      await holder.end();
       await sql.end();
       await db.drop();
     }

@@ -52,16 +52,20 @@ export async function applyOnce(
 }
 
 /**
- * How long one step of a migration outside a transaction may wait for a lock (PostgreSQL's
- * lock_timeout) before the migration steps aside and tries again. A step that queues for
- * the jobs table's lock behind a long transaction would block every add and claim queued
- * behind it; and a concurrent index build waits for every transaction holding a snapshot,
- * which may be another runner's, waiting for this one's lock (TypeORM's runner waits inside
- * its transaction; 0.1.0's runner waits in a blocking statement, a deadlock PostgreSQL
- * breaks by failing one side). Stepping aside lets that runner go first.
+ * How long a step of a migration outside a transaction may wait for a table lock (PostgreSQL's
+ * lock_timeout) before the migration steps aside and tries again: a step that queues for the
+ * jobs table's lock behind a long transaction would block every add and claim queued behind
+ * it. Index builds (`concurrently`) block neither, and must wait for every older transaction
+ * to end, so they run without a timeout; see IndexBuildWatchdog for the one wait that never ends.
  */
 const STEP_LOCK_TIMEOUT_MS = 2_000;
 const MAX_TRIES = 100;
+/**
+ * Codes on which the migration steps aside (unlocks, waits, retries): 55P03 lock_timeout;
+ * 40P01 PostgreSQL broke a deadlock by failing this step (a runner of 0.1.0 waits for the
+ * lock in a statement, which the build then waits for); 57014 the watchdog cancelled a build.
+ */
+const STEP_ASIDE = ['55P03', '40P01', '57014'];
 
 /** Each step commits on its own; the session lock keeps other runners out meanwhile. */
 async function applyOutsideTransaction(
@@ -72,19 +76,57 @@ async function applyOutsideTransaction(
 ): Promise<boolean> {
   for (let tries = 1; ; tries++) {
     await waitForLock(q, 'pg_try_advisory_lock', schema);
+    const watchdog = await IndexBuildWatchdog.start(q);
     try {
       await q.query(`set lock_timeout = ${STEP_LOCK_TIMEOUT_MS}`);
       return await applyIfNew(q, schema, name, () => apply({ concurrently: true }));
     } catch (error) {
-      // 55P03: lock_timeout. 40P01: PostgreSQL broke a deadlock by failing this step (a
-      // runner of 0.1.0 waits for the lock in a statement, which the build then waits for).
-      if (!['55P03', '40P01'].includes((error as { code?: string }).code ?? '') || tries >= MAX_TRIES) throw error;
+      if (!STEP_ASIDE.includes((error as { code?: string }).code ?? '') || tries >= MAX_TRIES) throw error;
     } finally {
+      watchdog.stop();
       await q.query('reset lock_timeout');
       await q.query('select pg_advisory_unlock(hashtext($1))', [migrationLockKey(schema)]);
     }
     // Longer than a waiting runner's poll (waitForLock), so that it gets the lock first.
     await new Promise((resolve) => setTimeout(resolve, Math.min(400 + 100 * tries, 2_000)));
+  }
+}
+
+/**
+ * While a migration builds indexes concurrently, watches (from another connection, every
+ * 250 ms) for a runner waiting for the migration lock inside a transaction (TypeORM's runner
+ * in its default modes, polling `pg_try_advisory_xact_lock`): the build waits for that
+ * transaction, which waits for this lock, and neither would ever end. It then cancels the
+ * statement this runner is running (57014), and the migration steps aside.
+ */
+class IndexBuildWatchdog {
+  private timer?: NodeJS.Timeout;
+
+  static async start(q: QueryRunner): Promise<IndexBuildWatchdog> {
+    const [{ pid }] = await q.query('select pg_backend_pid() as pid');
+    const watchdog = new IndexBuildWatchdog();
+    const check = async () => {
+      try {
+        await q.dataSource.query(
+          `select pg_cancel_backend($1) from pg_stat_activity
+            where datname = current_database() and pid <> $1 and state = 'idle in transaction'
+              and query like '%pg_try_advisory_xact_lock%'
+              and exists (select 1 from pg_stat_activity b where b.pid = $1 and b.query ilike 'create index concurrently%' and b.state = 'active')
+            limit 1`,
+          [pid],
+        );
+      } catch {
+        // a watchdog that cannot look just does not cancel
+      }
+      if (watchdog.timer) watchdog.timer = setTimeout(check, 250);
+    };
+    watchdog.timer = setTimeout(check, 250);
+    return watchdog;
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
   }
 }
 
@@ -148,10 +190,28 @@ export async function createIndex(q: QueryRunner, { concurrently }: MigrationCon
      where n.nspname = $1 and c.relname = $2 and not i.indisvalid`,
     [schema, name],
   );
-  if (invalid) await q.query(`drop index ${concurrently ? 'concurrently ' : ''}${s}.${quoteIdentifier(name)}`);
-  await q.query(`create index ${concurrently ? 'concurrently ' : ''}if not exists ${quoteIdentifier(name)} on ${s}.${definition}`);
+  await withoutLockTimeout(q, concurrently, async () => {
+    if (invalid) await q.query(`drop index ${concurrently ? 'concurrently ' : ''}${s}.${quoteIdentifier(name)}`);
+    await q.query(`create index ${concurrently ? 'concurrently ' : ''}if not exists ${quoteIdentifier(name)} on ${s}.${definition}`);
+  });
 }
 
 export async function dropIndex(q: QueryRunner, { concurrently }: MigrationContext, schema: string, name: string): Promise<void> {
-  await q.query(`drop index ${concurrently ? 'concurrently ' : ''}if exists ${quoteIdentifier(schema)}.${quoteIdentifier(name)}`);
+  await withoutLockTimeout(q, concurrently, () =>
+    q.query(`drop index ${concurrently ? 'concurrently ' : ''}if exists ${quoteIdentifier(schema)}.${quoteIdentifier(name)}`),
+  );
+}
+
+/** Concurrent index builds wait for older transactions as long as they last (see STEP_LOCK_TIMEOUT_MS). */
+async function withoutLockTimeout(q: QueryRunner, concurrently: boolean, step: () => Promise<unknown>): Promise<void> {
+  if (!concurrently) {
+    await step();
+    return;
+  }
+  await q.query('set lock_timeout = 0');
+  try {
+    await step();
+  } finally {
+    await q.query(`set lock_timeout = ${STEP_LOCK_TIMEOUT_MS}`);
+  }
 }

@@ -67,6 +67,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   /** The last claim found as many candidates as it asked for: more jobs may be waiting. */
   private moreMayBeWaiting = false;
   private registered = false;
+  /** Fenced, and not registered under its new id yet. */
+  private rejoining = false;
   private started = false;
   private stopping = false;
 
@@ -158,13 +160,17 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    * dead. After a claim whose reply was lost, also gives back what it holds unknowingly.
    */
   private async heartbeat(): Promise<void> {
+    if (this.rejoining) {
+      this.fetchChain = this.fetchChain.then(() => this.rejoin());
+      return;
+    }
     const id = this.id;
     try {
       const rows = await this.runPinned('heartbeatWorker', [id]);
       // Unregistered meanwhile (a stop): the row is gone because this worker removed it.
       if (!this.registered) return;
       if (rows.length === 0 && id === this.id) {
-        this.fetchChain = this.fetchChain.then(() => this.fence(id));
+        this.fence(id);
         return;
       }
       if (this.claimReplyLost && !this.stopping) {
@@ -185,11 +191,14 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
 
   /**
    * The cluster declared this worker dead: the jobs it held were given to others (or will be,
-   * by the orphan rule). It stops their handlers, writes nothing for them, and rejoins under
-   * a new id. Runs in the fetch chain, so no claim is in flight meanwhile.
+   * by the orphan rule). At once, before anything else can start one of them: it stops the
+   * handlers, forgets its prefetched jobs, and takes a new id and a new release batcher, so
+   * that nothing claimed under the old id is ever written under the new one (a claim in
+   * flight is dropped when it returns: its id is stale). Then it registers again, in the
+   * fetch chain.
    */
-  private async fence(oldId: string): Promise<number> {
-    if (oldId !== this.id || !this.registered) return 0;
+  private fence(oldId: string): void {
+    if (oldId !== this.id || !this.registered) return;
     const lostJobs = [...this.running.keys(), ...this.prefetched.map((job) => job.id)];
     for (const entry of this.running.values()) {
       entry.lost = true;
@@ -200,6 +209,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.prefetched.length = 0;
     const oldBatcher = this.batcher;
     this.id = newWorkerId();
+    this.registered = false; // until register() below: heartbeats meanwhile find no row, and that is expected
     this.batcher = this.createBatcher();
     void oldBatcher.stop(); // writes nothing that matters: every row it names is locked by someone else now
     this.logger.error(
@@ -208,10 +218,18 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         `${lostJobs.length ? ` (${lostJobs.join(', ')})` : ''}. Rejoining as ${this.id}.`,
     );
     this.emit({ type: 'worker:fenced', workerId: oldId, newWorkerId: this.id, lostJobs });
+    this.rejoining = true;
+    this.fetchChain = this.fetchChain.then(() => this.rejoin());
+  }
+
+  /** Registers the new id after a fence; tried again at each heartbeat until it succeeds. */
+  private async rejoin(): Promise<number> {
+    if (!this.rejoining || this.stopping) return 0;
     try {
       await this.register();
+      this.rejoining = false;
     } catch (error) {
-      this.reportError('heartbeat', error); // the next heartbeat finds no row and tries again
+      this.reportError('heartbeat', error);
     }
     return 0;
   }
@@ -259,11 +277,15 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       await Promise.race([settled(), sleep(Math.min(200, this.db.options.shutdownGracePeriod), graceOver.signal)]);
     }
     graceOver.abort(); // no timer left behind to keep the process alive
-    await this.batcher.flush();
-    this.prefetched.length = 0; // never started: given back below with the unfinished ones
+    // Still running now: kept, from this instant (a success during the flush below is then
+    // completed, not given back).
     const kept = [...this.running.values()];
     for (const entry of kept) entry.kept = true;
-    const givenBack = await this.giveBack(kept.map((entry) => entry.job.id));
+    await this.batcher.flush();
+    this.prefetched.length = 0; // never started: given back below with the unfinished ones
+    // Not given back: the kept jobs, and the finished ones whose release is not written yet
+    // (held up by a caller's row lock, say): batcher.stop() below writes those.
+    const givenBack = await this.giveBack([...kept.map((entry) => entry.job.id), ...this.batcher.unwrittenIds()]);
     if (kept.length > 0) {
       this.logger.error(
         `${kept.length} handler(s) ignored the abort at shutdown: job(s) ${kept.map((e) => e.job.id).join(', ')} stay locked by ` +
@@ -273,14 +295,18 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       await Promise.all(kept.map((entry) => entry.done));
     }
     await this.batcher.stop();
-    this.batcher = this.createBatcher(); // for a later start() or runUntilIdle()
     this.running.clear();
     await this.unregister();
     await this.listener?.stop();
     this.started = false;
+    const workerId = this.id;
+    // A later start() or runUntilIdle() registers under a new id: rows the give-back had to
+    // leave (a caller's lock) stay with the old one, for the sweep, and never with a live worker that forgot them.
+    this.id = newWorkerId();
+    this.batcher = this.createBatcher();
     if (givenBack.length > 0) this.logger.warn(`Gave back ${givenBack.length} unfinished job(s): ${givenBack.join(', ')}`);
-    this.logger.log(`Worker ${this.id} stopped`);
-    this.emit({ type: 'worker:stop', workerId: this.id, givenBack });
+    this.logger.log(`Worker ${workerId} stopped`);
+    this.emit({ type: 'worker:stop', workerId, givenBack });
   }
 
   /**
@@ -289,6 +315,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    * `worker: false` too (the worker then registers for the run, and heartbeats meanwhile).
    */
   async runUntilIdle(): Promise<void> {
+    if (this.stopping) return; // stopped or stopping: nothing more runs here
     const ownRegistration = !this.registered;
     if (ownRegistration) await this.register();
     try {
