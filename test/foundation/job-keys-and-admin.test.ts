@@ -1,24 +1,17 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Client } from 'pg';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 
 describe('job keys and admin functions', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let t: TestApp;
   let sql: Client;
 
   before(async () => {
-    db = await createTestDatabase('keys');
-    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
-    sql = await connect(db.url);
+    ({ db, sql, t } = await openTestApp('keys', { jobQueue: { worker: false, externalTasks: '*' } }));
   });
-  after(async () => {
-    await sql.end();
-    await t.close();
-    await db.drop();
-  });
+  after(() => closeTestApp({ db, sql, t }));
   beforeEach(async () => {
     await sql.query('delete from job_queue.jobs');
   });

@@ -4,8 +4,7 @@ import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { Task, type JobQueueEvent } from '../../libs/job-queue/src';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { waitFor, waitForNoJobs } from '../support/wait';
 
 @Injectable()
@@ -25,27 +24,20 @@ class HogTasks {
  * alive in the cluster's eyes, and nothing is rescued from under it.
  */
 describe('heartbeats under a pool full of handlers', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let sql: Client;
   let t: TestApp;
   const events: JobQueueEvent[] = [];
 
   before(async () => {
-    db = await createTestDatabase('heartbeats');
-    sql = await connect(db.url);
-    t = await createTestApp({
-      url: db.url,
+    ({ db, sql, t } = await openTestApp('heartbeats', {
       providers: [HogTasks],
       typeOrm: { extra: { max: 4 } },
       jobQueue: { concurrency: 8, heartbeatInterval: 200, workerTimeout: 1000 },
-    });
+    }));
     t.worker.events$.subscribe((e) => events.push(e));
   });
-  after(async () => {
-    await t.close();
-    await sql.end();
-    await db.drop();
-  });
+  after(() => closeTestApp({ db, sql, t }));
 
   it('go on while handlers hold the whole pool for three times workerTimeout', async () => {
     const workerId = t.worker.workerId;

@@ -3,8 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { isJobQueueError, Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { waitFor, waitForValue } from '../support/wait';
 
 /** Per run of the `ignores` task: when it began and ended. */
@@ -46,22 +45,16 @@ class TimeoutTasks {
 }
 
 describe('per-job timeouts', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let sql: Client;
   let t: TestApp;
   const events: JobQueueEvent[] = [];
 
   before(async () => {
-    db = await createTestDatabase('timeouts');
-    sql = await connect(db.url);
-    t = await createTestApp({ url: db.url, providers: [TimeoutTasks], jobQueue: { jobTimeout: '300ms', concurrency: 4 } });
+    ({ db, sql, t } = await openTestApp('timeouts', { providers: [TimeoutTasks], jobQueue: { jobTimeout: '300ms', concurrency: 4 } }));
     t.worker.events$.subscribe((e) => events.push(e));
   });
-  after(async () => {
-    await t.close();
-    await sql.end();
-    await db.drop();
-  });
+  after(() => closeTestApp({ db, sql, t }));
 
   const jobRow = async (id: string) =>
     (await sql.query('select attempts, max_attempts, last_error, locked_by from job_queue.jobs where id = $1', [id])).rows[0];

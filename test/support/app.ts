@@ -2,8 +2,10 @@ import 'reflect-metadata';
 import { Module, type DynamicModule, type LoggerService, type INestApplicationContext, type Provider, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import type { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { JobQueueEntities, JobQueueModule, JobQueueService, JobQueueWorker, type JobQueueModuleOptions } from '../../libs/job-queue/src';
+import { connect, createTestDatabase } from './database';
 
 export interface TestAppOptions {
   url: string;
@@ -52,4 +54,33 @@ export async function createTestApp(options: TestAppOptions): Promise<TestApp> {
     dataSource: app.get(DataSource),
     close: () => app.close(),
   };
+}
+
+export type TestDatabase = Awaited<ReturnType<typeof createTestDatabase>>;
+
+/** What most test files open in `before`: a database of their own, a client on it, and a test app on it. */
+export interface TestAppContext {
+  db: TestDatabase;
+  sql: Client;
+  t: TestApp;
+}
+
+/** Opens a TestAppContext: `before(async () => ({ db, sql, t } = await openTestApp('label', { ... })))`. */
+export async function openTestApp(label: string, options: Omit<TestAppOptions, 'url'> = {}): Promise<TestAppContext> {
+  const db = await createTestDatabase(label);
+  const sql = await connect(db.url);
+  try {
+    return { db, sql, t: await createTestApp({ url: db.url, ...options }) };
+  } catch (error) {
+    await sql.end();
+    await db.drop();
+    throw error;
+  }
+}
+
+/** Closes what openTestApp opened (whatever of it was opened): `after(() => closeTestApp({ db, sql, t }))`. */
+export async function closeTestApp({ db, sql, t }: Partial<TestAppContext>): Promise<void> {
+  await sql?.end();
+  await t?.close();
+  await db?.drop();
 }

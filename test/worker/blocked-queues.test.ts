@@ -1,34 +1,26 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Client } from 'pg';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { recordingTask } from '../support/tasks';
 
 const { provider: QueueTasks, ran } = recordingTask('record');
 
 /** A named queue whose head this worker may not run waits behind it; nothing else does. */
 describe('a named queue blocked at its head', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let sql: Client;
   let t: TestApp;
   const behindHead = 50;
 
   before(async () => {
-    db = await createTestDatabase('blocked_queues');
-    sql = await connect(db.url);
     // a small concurrency, so that one claim asks for fewer jobs than wait behind the head
-    t = await createTestApp({
-      url: db.url,
+    ({ db, sql, t } = await openTestApp('blocked_queues', {
       providers: [QueueTasks],
       jobQueue: { worker: false, concurrency: 2, forbiddenFlags: ['paused'], externalTasks: ['run_elsewhere'] },
-    });
+    }));
   });
-  after(async () => {
-    await sql.end();
-    await t.close();
-    await db.drop();
-  });
+  after(() => closeTestApp({ db, sql, t }));
   beforeEach(async () => {
     await sql.query('delete from job_queue.jobs');
     ran.length = 0;

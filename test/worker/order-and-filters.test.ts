@@ -3,8 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task } from '../../libs/job-queue/src';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 
 const ran: string[] = [];
 
@@ -17,20 +16,14 @@ class OrderTasks {
 }
 
 describe('what a worker claims, and in which order', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let sql: Client;
   let t: TestApp;
 
   before(async () => {
-    db = await createTestDatabase('order');
-    sql = await connect(db.url);
-    t = await createTestApp({ url: db.url, providers: [OrderTasks], jobQueue: { worker: false, concurrency: 1, externalTasks: ['someone_elses_task'] } });
+    ({ db, sql, t } = await openTestApp('order', { providers: [OrderTasks], jobQueue: { worker: false, concurrency: 1, externalTasks: ['someone_elses_task'] } }));
   });
-  after(async () => {
-    await sql.end();
-    await t.close();
-    await db.drop();
-  });
+  after(() => closeTestApp({ db, sql, t }));
   // Here rather than at the end of each test, so that a failed assertion leaves nothing behind for the next one.
   beforeEach(async () => {
     await sql.query('delete from job_queue.jobs');

@@ -3,8 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { waitFor, waitForNoJobs, waitForValue } from '../support/wait';
 
 /** Per queue, what ran in which order: `<seq>` for a success, `<seq>!` for a failed attempt. */
@@ -26,22 +25,16 @@ class OrderTasks {
 }
 
 describe('named queues through retries', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let sql: Client;
   let t: TestApp;
   const events: JobQueueEvent[] = [];
 
   before(async () => {
-    db = await createTestDatabase('queue_retries');
-    sql = await connect(db.url);
-    t = await createTestApp({ url: db.url, providers: [OrderTasks], jobQueue: { concurrency: 10 } });
+    ({ db, sql, t } = await openTestApp('queue_retries', { providers: [OrderTasks], jobQueue: { concurrency: 10 } }));
     t.worker.events$.subscribe((e) => events.push(e));
   });
-  after(async () => {
-    await t.close();
-    await sql.end();
-    await db.drop();
-  });
+  after(() => closeTestApp({ db, sql, t }));
 
   it('a head waiting for its retry keeps its queue waiting; one that fails for good lets the queue move on', async () => {
     await t.jobs.addMany([

@@ -1,3 +1,5 @@
+import { JobQueueError, type JobQueueErrorCode } from './errors';
+
 const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
 
 /**
@@ -11,4 +13,19 @@ export function parseDuration(value: number | string): number | undefined {
   const match = /^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$/.exec(value);
   if (!value || !match) return undefined;
   return ['w', 'd', 'h', 'm', 's'].reduce((ms, unit, i) => ms + Number(match[i + 1] ?? 0) * UNITS[unit], Number(match[6] ?? 0));
+}
+
+/**
+ * A duration option checked at startup: ms, or a string such as '30s', from `min` ms up to a
+ * day. Throws `code` with a message naming `name` (and `where`, when given).
+ */
+export function checkDuration(name: string, value: unknown, min: number, code: JobQueueErrorCode, where?: string): number {
+  const ms = typeof value === 'number' || typeof value === 'string' ? parseDuration(value) : undefined;
+  if (ms === undefined || ms < min || ms > 86_400_000) {
+    throw new JobQueueError(
+      code,
+      `${where ? `${where}: ` : ''}${name} must be a duration from ${min} ms to 1 day (ms, or a string such as '30s'), got ${JSON.stringify(value)}`,
+    );
+  }
+  return Math.round(ms);
 }

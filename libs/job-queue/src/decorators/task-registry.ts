@@ -1,7 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { takeCronMetadata, type NestCronOptions } from '../cron/cron-metadata';
-import { parseDuration } from '../duration';
+import { checkDuration } from '../duration';
 import { JobQueueError } from '../errors';
 import { validateJob } from '../service/validate-job-spec';
 import type { JobContext } from './job-context';
@@ -88,10 +88,7 @@ export class TaskRegistry implements OnModuleInit {
       throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: retryDelay must be a function`);
     }
     const { timeout } = meta.options;
-    const timeoutMs = timeout === undefined ? undefined : typeof timeout === 'number' || typeof timeout === 'string' ? parseDuration(timeout) : undefined;
-    if (timeout !== undefined && !(timeoutMs !== undefined && timeoutMs >= 1 && timeoutMs <= 86_400_000)) {
-      throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: timeout must be a duration from 1 ms to 1 day (ms, or a string such as '30s'), got ${JSON.stringify(timeout)}`);
-    }
+    const timeoutMs = timeout === undefined ? undefined : checkDuration('timeout', timeout, 1, 'JQ_INVALID_TASK_OPTIONS', where);
     const existing = this.tasks.get(meta.identifier);
     if (existing) {
       throw new JobQueueError(

@@ -1,5 +1,5 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
-import { parseDuration } from '../duration';
+import { checkDuration } from '../duration';
 import { JobQueueError } from '../errors';
 import { validateTaskIdentifier } from '../service/validate-job-spec';
 import { validateSchemaName } from '../sql/identifier';
@@ -81,14 +81,9 @@ function positiveInteger(name: string, value: unknown, fallback: number, max: nu
   return value;
 }
 
-/** A duration option (ms or a string such as '30s'), from `min` ms up to a day. */
-export function durationOption(name: string, value: unknown, fallback: number | undefined, min: number): number | undefined {
-  if (value === undefined) return fallback;
-  const ms = typeof value === 'number' || typeof value === 'string' ? parseDuration(value) : undefined;
-  if (ms === undefined || ms < min || ms > 86_400_000) {
-    throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be a duration from ${min} ms to 1 day (ms, or a string such as '30s'), got ${JSON.stringify(value)}`);
-  }
-  return Math.round(ms);
+/** A duration option, or `fallback` when it is not set. */
+function durationOption(name: string, value: unknown, fallback: number | undefined, min: number): number | undefined {
+  return value === undefined ? fallback : checkDuration(name, value, min, 'JQ_INVALID_OPTIONS');
 }
 
 /** Checks the module options once, at startup, and fills in the defaults. */

@@ -147,16 +147,21 @@ export function createQueries(schema: string) {
      * also marks as started the prefetched jobs whose handlers began since ($6). Only rows
      * this worker still holds are touched: a job it lost (rescued after a stall, say) is
      * not its to write. A keyed job can be row-locked by a caller for as long as the
-     * caller's transaction lasts (add_job replacing it while it runs): keyed rows are taken
-     * SKIP LOCKED, and those someone holds come back in `busy`, for a later flush, so that
+     * caller's transaction lasts (add_job replacing it while it runs): keyed rows are found
+     * once (`keyed`), taken SKIP LOCKED (`held`), and those someone holds come back in `busy`
+     * (keyed but not held), for a later flush, so that
      * one lock holds up one job and never the worker's others (a start mark is just
      * dropped). Keyless rows nobody locks for long: they are taken directly, which spares
      * the drain a lock record per job.
      */
     releaseJobs: `
-      with held as materialized (
+      with keyed as materialized (
         select id from ${s}.jobs
         where id = any($2::bigint[] || $3::bigint[] || $6::bigint[]) and locked_by = $1 and key is not null
+      ),
+      held as materialized (
+        select id from ${s}.jobs
+        where id in (select id from keyed) and locked_by = $1
         for no key update skip locked
       ),
       completed as (
@@ -181,8 +186,7 @@ export function createQueries(schema: string) {
       released as (select queue_name from completed union all select queue_name from failed),
       ${unlockQueuesOf('released', '$1')},
       busy as (
-        select id from ${s}.jobs
-        where id = any($2::bigint[] || $3::bigint[]) and locked_by = $1 and key is not null and id not in (select id from held)
+        select id from keyed where id = any($2::bigint[] || $3::bigint[]) and id not in (select id from held)
       )
       select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken,
              array(select id::text from busy) as busy`,

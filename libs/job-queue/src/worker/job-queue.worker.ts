@@ -240,13 +240,10 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    */
   private async giveBackUnknown(): Promise<number> {
     if (!this.claimReplyLost || this.stopping) return 0;
-    const known = [...this.running.keys(), ...this.prefetched.map((job) => job.id), ...this.batcher.unwrittenIds()];
     try {
-      const [row] = await this.runPinned<{ given_back: string[]; busy: number }>('giveBackJobs', [this.id, known]);
-      this.claimReplyLost = row.busy > 0; // a row someone has locked: try again at the next heartbeat
-      if (row.given_back.length > 0) {
-        this.logger.warn(`Gave back ${row.given_back.length} job(s) claimed by a claim whose reply was lost: ${row.given_back.join(', ')}`);
-      }
+      const { givenBack, busy } = await this.giveBackAllBut([...this.running.keys(), ...this.prefetched.map((job) => job.id)]);
+      this.claimReplyLost = busy > 0; // a row someone has locked: try again at the next heartbeat
+      if (givenBack.length > 0) this.logger.warn(`Gave back ${givenBack.length} job(s) claimed by a claim whose reply was lost: ${givenBack.join(', ')}`);
     } catch (error) {
       this.reportError('give-back', error);
     }
@@ -283,9 +280,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     for (const entry of kept) entry.kept = true;
     await this.batcher.flush();
     this.prefetched.length = 0; // never started: given back below with the unfinished ones
-    // Not given back: the kept jobs, and the finished ones whose release is not written yet
-    // (held up by a caller's row lock, say): batcher.stop() below writes those.
-    const givenBack = await this.giveBack([...kept.map((entry) => entry.job.id), ...this.batcher.unwrittenIds()]);
+    // Not given back: the kept jobs (and the finished ones whose release is not written yet:
+    // batcher.stop() below writes those).
+    const givenBack = await this.giveBack(kept.map((entry) => entry.job.id));
     if (kept.length > 0) {
       this.logger.error(
         `${kept.length} handler(s) ignored the abort at shutdown: job(s) ${kept.map((e) => e.job.id).join(', ')} stay locked by ` +
@@ -509,9 +506,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     for (let busyTries = 0; ; ) {
       let busy: number;
       try {
-        const [row] = await this.runPinned<{ given_back: string[]; busy: number }>('giveBackJobs', [this.id, keep]);
-        givenBack.push(...row.given_back);
-        busy = row.busy;
+        const once = await this.giveBackAllBut(keep);
+        givenBack.push(...once.givenBack);
+        busy = once.busy;
       } catch (error) {
         this.reportError('give-back', error);
         if (++failures >= 5) return givenBack;
@@ -528,6 +525,17 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       }
       await sleep(Math.min(100, 4 ** busyTries));
     }
+  }
+
+  /**
+   * One give-back statement: every job this worker holds but `keep`, and but the finished ones
+   * whose release the batcher has not written yet (held up by a caller's row lock, say, or in
+   * flight): giving those back would run a finished job again. `busy`: rows someone else has
+   * locked, left for now.
+   */
+  private async giveBackAllBut(keep: string[]): Promise<{ givenBack: string[]; busy: number }> {
+    const [row] = await this.runPinned<{ given_back: string[]; busy: number }>('giveBackJobs', [this.id, [...keep, ...this.batcher.unwrittenIds()]]);
+    return { givenBack: row.given_back, busy: row.busy };
   }
 
   /** Logs a failed query or connection (the caller retries) and emits it as a worker:error event; the cron scheduler and maintenance report through it too. */
