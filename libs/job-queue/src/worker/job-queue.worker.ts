@@ -87,6 +87,17 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   }
 
   /**
+   * Takes a new worker id, and a release batcher bound to it, so that nothing claimed under
+   * the old id is ever written under the new one. Returns the old id's batcher.
+   */
+  private takeNewId(): ReleaseBatcher {
+    const old = this.batcher;
+    this.id = newWorkerId();
+    this.batcher = this.createBatcher();
+    return old;
+  }
+
+  /**
    * Releases for the current worker id only: after a fence, a new batcher is made for the
    * new id, so that nothing claimed under the old one is written under the new one. A flush
    * that frees a named queue notifies every worker (this one too), so it needs no wake-up.
@@ -207,10 +218,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
     this.running.clear();
     this.prefetched.length = 0;
-    const oldBatcher = this.batcher;
-    this.id = newWorkerId();
+    const oldBatcher = this.takeNewId();
     this.registered = false; // until register() below: heartbeats meanwhile find no row, and that is expected
-    this.batcher = this.createBatcher();
     void oldBatcher.stop(); // writes nothing that matters: every row it names is locked by someone else now
     this.logger.error(
       `Worker ${oldId} was declared dead by the cluster (no heartbeat for ${this.db.options.workerTimeout} ms: a stall or a lost connection). ` +
@@ -269,7 +278,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const graceOver = new AbortController();
     await Promise.race([settled(), sleep(this.db.options.shutdownGracePeriod, graceOver.signal)]);
     if (this.running.size > 0) {
-      for (const entry of this.running.values()) entry.stop(new Error('The worker is shutting down'));
+      for (const entry of this.running.values()) entry.stop(new Error('The worker is shutting down'), () => this.reportStuck(entry, 'shutdown'));
       // Handlers that honour the signal settle now and are given back below.
       await Promise.race([settled(), sleep(Math.min(200, this.db.options.shutdownGracePeriod), graceOver.signal)]);
     }
@@ -288,7 +297,6 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         `${kept.length} handler(s) ignored the abort at shutdown: job(s) ${kept.map((e) => e.job.id).join(', ')} stay locked by ` +
           `${this.id}, which keeps heartbeating until they settle. If the process exits first, another worker retries them once ${this.id} times out.`,
       );
-      for (const entry of kept) this.emit({ type: 'job:stuck', job: entry.job, reason: 'shutdown', runningMs: entry.durationMs });
       await Promise.all(kept.map((entry) => entry.done));
     }
     await this.batcher.stop();
@@ -299,8 +307,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const workerId = this.id;
     // A later start() or runUntilIdle() registers under a new id: rows the give-back had to
     // leave (a caller's lock) stay with the old one, for the sweep, and never with a live worker that forgot them.
-    this.id = newWorkerId();
-    this.batcher = this.createBatcher();
+    this.takeNewId();
     if (givenBack.length > 0) this.logger.warn(`Gave back ${givenBack.length} unfinished job(s): ${givenBack.join(', ')}`);
     this.logger.log(`Worker ${workerId} stopped`);
     this.emit({ type: 'worker:stop', workerId, givenBack });

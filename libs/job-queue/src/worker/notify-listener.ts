@@ -32,11 +32,6 @@ export class NotifyListener {
     await this.connect();
   }
 
-  /** True while a LISTEN connection is up. */
-  get connected(): boolean {
-    return this.client !== undefined;
-  }
-
   /** The pinned connection, while it is up. */
   get connection(): PoolClient | undefined {
     return this.client;

@@ -37,7 +37,8 @@ export class RunningJob {
 
   /** Aborts the handler's signal with `reason`; `onStuck` runs if it has not settled STUCK_AFTER_MS later. */
   stop(reason: Error, onStuck?: () => void): void {
-    if (!this.abort.signal.aborted) this.abort.abort(reason);
+    if (this.abort.signal.aborted) return; // already stopped (a timeout, then the shutdown): reported once
+    this.abort.abort(reason);
     if (onStuck) this.timers.push(setTimeout(onStuck, STUCK_AFTER_MS));
   }
 
