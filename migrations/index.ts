@@ -2,6 +2,7 @@ import type { MigrationInterface } from 'typeorm';
 import { validateSchemaName } from '../libs/job-queue/src/sql/identifier';
 import { createJobTablesMigration } from './1763700000000-create-job-tables';
 import { createRecoveryAndQueueOrderMigration } from './1763800000000-recovery-and-queue-order';
+import { createJobLifecycleMigration } from './1763900000000-job-lifecycle';
 
 /**
  * The migrations for a schema, oldest first. The module runs them itself at startup
@@ -10,7 +11,7 @@ import { createRecoveryAndQueueOrderMigration } from './1763800000000-recovery-a
  */
 export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => MigrationInterface> {
   validateSchemaName(schema);
-  return [createJobTablesMigration(schema), createRecoveryAndQueueOrderMigration(schema)];
+  return [createJobTablesMigration(schema), createRecoveryAndQueueOrderMigration(schema), createJobLifecycleMigration(schema)];
 }
 
 /** The migrations for the default schema `job_queue`. */

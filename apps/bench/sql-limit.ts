@@ -83,7 +83,7 @@ async function claimCompleteLoop(client: Client, workerId: string, batchSize: nu
     // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
     let ids = claimed.rows.map((row) => row.id);
     while (ids.length > 0) {
-      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, [], [], [], []] });
+      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, ids.map(() => null), [], [], [], [], [], [], [], true] });
       const { released: count, busy } = released.rows[0];
       if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
       done += count;

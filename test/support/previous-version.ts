@@ -14,8 +14,8 @@ import { join, resolve } from 'node:path';
 import { clearCrashes, reportCrash, waitFor } from './wait';
 import type { Exit } from './worker-processes';
 
-/** The last commit before migration RecoveryAndQueueOrder1763800000000. */
-export const PREVIOUS_VERSION = '0d7d0f2';
+/** The last commit before migration JobLifecycle1763900000000 (it has CreateJobTables1763700000000 and RecoveryAndQueueOrder1763800000000). */
+export const PREVIOUS_VERSION = 'be5c87e';
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
 const fixtures = join(root, 'test', 'fixtures');

@@ -1,5 +1,7 @@
 import { JobQueueError, type JobQueueErrorCode } from './errors';
 
+export const DAY_MS = 86_400_000;
+
 const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
 
 /**
@@ -16,15 +18,15 @@ export function parseDuration(value: number | string): number | undefined {
 }
 
 /**
- * A duration option checked at startup: ms, or a string such as '30s', from `min` ms up to a
- * day. Throws `code` with a message naming `name` (and `where`, when given).
+ * A duration option checked at startup: ms, or a string such as '30s', from `min` ms up to
+ * `max` (a day unless said). Throws `code` with a message naming `name` (and `where`, when given).
  */
-export function checkDuration(name: string, value: unknown, min: number, code: JobQueueErrorCode, where?: string): number {
+export function checkDuration(name: string, value: unknown, min: number, code: JobQueueErrorCode, where?: string, max = DAY_MS): number {
   const ms = typeof value === 'number' || typeof value === 'string' ? parseDuration(value) : undefined;
-  if (ms === undefined || ms < min || ms > 86_400_000) {
+  if (ms === undefined || ms < min || ms > max) {
     throw new JobQueueError(
       code,
-      `${where ? `${where}: ` : ''}${name} must be a duration from ${min} ms to 1 day (ms, or a string such as '30s'), got ${JSON.stringify(value)}`,
+      `${where ? `${where}: ` : ''}${name} must be a duration from ${min} ms to ${max === DAY_MS ? '1 day' : `${max / DAY_MS} days`} (ms, or a string such as '30s'), got ${JSON.stringify(value)}`,
     );
   }
   return Math.round(ms);

@@ -33,9 +33,21 @@ export type JobQueueErrorCode =
   | 'JQ_DUPLICATE_CRON'
   | 'JQ_REQUEST_SCOPED_CRON'
   | 'JQ_INVALID_CRONTAB'
+  | 'JQ_PAYLOAD_TOO_LARGE'
   // running jobs
   | 'JQ_JOB_TIMEOUT'
-  | 'JQ_WORKER_LOST';
+  | 'JQ_WORKER_LOST'
+  | 'JQ_RESULT_NOT_JSON'
+  | 'JQ_RESULT_TOO_LARGE'
+  | 'JQ_INVALID_PROGRESS'
+  // the job lifecycle (cancelJob, retryJobs, waitForJob, listJobs)
+  | 'JQ_JOB_NOT_FOUND'
+  | 'JQ_JOB_FINISHED'
+  | 'JQ_JOB_FAILED'
+  | 'JQ_JOB_CANCELLED'
+  | 'JQ_WAIT_TIMEOUT'
+  | 'JQ_INVALID_STATE'
+  | 'JQ_INVALID_CURSOR';
 
 export class JobQueueError extends Error {
   override readonly name = 'JobQueueError';

@@ -1,8 +1,16 @@
 export { JobQueueModule } from './module/job-queue.module';
 export { JOB_QUEUE_MODULE_OPTIONS } from './module/job-queue.module-definition';
-export type { JobQueueModuleOptions, ForbiddenFlags } from './module/job-queue.options';
-export { JobQueueService, type RescheduleOptions } from './service/job-queue.service';
-export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode } from './service/job';
+export type { JobQueueModuleOptions, ForbiddenFlags, RetentionOptions } from './module/job-queue.options';
+export {
+  JobQueueService,
+  type RescheduleOptions,
+  type ListJobsOptions,
+  type JobPage,
+  type JobCounts,
+  type JobCountsReport,
+} from './service/job-queue.service';
+export { JobEndedError } from './service/job-waiter';
+export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode, JobState, JobProgress, JobAttemptError } from './service/job';
 export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decorator';
 export type { JobContext, JobInfo, CronPayload } from './decorators/job-context';
 export { JobQueueWorker } from './worker/job-queue.worker';
@@ -13,6 +21,7 @@ export {
   createJobQueueEntities,
   JobQueueEntities,
   JobEntity,
+  FinishedJobEntity,
   JobQueueEntity,
   KnownCrontabEntity,
   WorkerEntity,

@@ -4,7 +4,7 @@ import { TaskRegistry } from '../decorators/task-registry';
 import { JobQueueError } from '../errors';
 import { JobQueueDatabase } from '../module/job-queue-database';
 import { JobQueueWorker } from '../worker/job-queue.worker';
-import { backoffMs } from '../worker/backoff';
+import { backoffMs } from '../backoff';
 import { createCronItem, LATE_TICK_GRACE_MS, nextWakeAt, ticksBetween, ticksDue, type CronItem, type CronItemSpec } from './cron-item';
 import { parseCrontab } from './crontab-parser';
 

@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { Job, JobSpec } from '../service/job';
+import type { Job, JobProgress, JobSpec } from '../service/job';
 
 /** What a handler learns about the job it runs. */
 export interface JobInfo {
@@ -21,10 +21,17 @@ export interface JobContext {
   logger: Logger;
   /**
    * Aborted, with a reason saying why, when the job runs past its timeout (JQ_JOB_TIMEOUT),
-   * when the worker shuts down and the grace period is over, and when the worker learns it
-   * lost the job (JQ_WORKER_LOST). Pass it on to what the handler awaits.
+   * when it is cancelled (JQ_JOB_CANCELLED), when the worker shuts down and the grace period
+   * is over, and when the worker learns it lost the job (JQ_WORKER_LOST). Pass it on to what
+   * the handler awaits.
    */
   signal: AbortSignal;
+  /**
+   * Reports progress: a number from 0 to 100, or a small JSON object (at most 4 kB). Emitted
+   * at once as a `job:progress` event; stored at most once a second, the last value always.
+   * Throws JQ_INVALID_PROGRESS for anything else.
+   */
+  progress: (value: JobProgress) => void;
   /** Adds another job: the same signature as `JobQueueService.add`. */
   addJob: <P = unknown>(identifier: string, payload?: P, spec?: JobSpec) => Promise<Job<P>>;
 }

@@ -29,7 +29,35 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @Column({ name: 'updated_at', type: 'timestamptz' }) updatedAt!: Date;
     @Column({ name: 'started_at', type: 'timestamptz', nullable: true }) startedAt!: Date | null;
     @Column({ name: 'first_run_at', type: 'timestamptz', nullable: true }) firstRunAt!: Date | null;
+    @Column({ type: 'jsonb', nullable: true }) progress!: unknown;
+    @Column({ type: 'jsonb', nullable: true }) errors!: unknown[] | null;
+    @Column({ name: 'cancel_requested_at', type: 'timestamptz', nullable: true }) cancelRequestedAt!: Date | null;
+    @Column({ name: 'cancel_reason', type: 'text', nullable: true }) cancelReason!: string | null;
     @Column({ name: 'is_available', type: 'boolean', insert: false, update: false }) isAvailable!: boolean;
+  }
+
+  /** Jobs that completed, failed for good or were cancelled, kept for their retention. */
+  @Entity({ schema, name: 'finished_jobs', synchronize: false })
+  class FinishedJobEntity {
+    @PrimaryColumn({ type: 'bigint' }) id!: string;
+    @Column({ name: 'task_identifier', type: 'text' }) taskIdentifier!: string;
+    @Column({ name: 'queue_name', type: 'text', nullable: true }) queueName!: string | null;
+    @Column({ type: 'jsonb' }) payload!: unknown;
+    @Column({ type: 'smallint' }) priority!: number;
+    @Column({ name: 'run_at', type: 'timestamptz' }) runAt!: Date;
+    @Column({ type: 'smallint' }) attempts!: number;
+    @Column({ name: 'max_attempts', type: 'smallint' }) maxAttempts!: number;
+    @Column({ type: 'text', nullable: true }) key!: string | null;
+    @Column({ type: 'text', array: true }) flags!: string[];
+    @Column({ type: 'text' }) state!: 'completed' | 'failed' | 'cancelled';
+    @Column({ type: 'jsonb', nullable: true }) result!: unknown;
+    @Column({ type: 'jsonb', nullable: true }) progress!: unknown;
+    @Column({ type: 'jsonb', nullable: true }) errors!: unknown[] | null;
+    @Column({ name: 'last_error', type: 'text', nullable: true }) lastError!: string | null;
+    @Column({ name: 'worker_id', type: 'text', nullable: true }) workerId!: string | null;
+    @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
+    @Column({ name: 'started_at', type: 'timestamptz', nullable: true }) startedAt!: Date | null;
+    @Column({ name: 'finished_at', type: 'timestamptz' }) finishedAt!: Date;
   }
 
   @Entity({ schema, name: 'job_queues', synchronize: false })
@@ -54,13 +82,15 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @Column({ name: 'timeout_ms', type: 'integer' }) timeoutMs!: number;
   }
 
-  return { JobEntity, JobQueueEntity, KnownCrontabEntity, WorkerEntity };
+  return { JobEntity, FinishedJobEntity, JobQueueEntity, KnownCrontabEntity, WorkerEntity };
 }
 
 const defaultEntities = createJobQueueEntities();
 /** Entities of the default schema `job_queue`. */
 export const JobEntity = defaultEntities.JobEntity;
 export type JobEntity = InstanceType<typeof JobEntity>;
+export const FinishedJobEntity = defaultEntities.FinishedJobEntity;
+export type FinishedJobEntity = InstanceType<typeof FinishedJobEntity>;
 export const JobQueueEntity = defaultEntities.JobQueueEntity;
 export type JobQueueEntity = InstanceType<typeof JobQueueEntity>;
 export const KnownCrontabEntity = defaultEntities.KnownCrontabEntity;

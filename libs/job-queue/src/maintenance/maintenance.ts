@@ -1,8 +1,10 @@
 import { Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationBootstrap } from '@nestjs/common';
 import { JobQueueDatabase } from '../module/job-queue-database';
 import { JobQueueWorker } from '../worker/job-queue.worker';
-import { rescueDeadWorkers } from './rescuer';
+import { finishLeftovers } from './finisher';
+import { deleteExpiredJobs } from './history-cleaner';
 import { deleteIdleQueues } from './queue-cleaner';
+import { rescueDeadWorkers } from './rescuer';
 
 /** The lease's name in the `leases` table. */
 export const MAINTENANCE_LEASE = 'maintenance';
@@ -13,7 +15,9 @@ const QUEUE_CLEANUP_EVERY_MS = 60_000;
  * The cluster's upkeep, run by one replica at a time (River's leader, elected the same way):
  * every worker process tries, each `heartbeatInterval`, to take or renew a lease that
  * expires `workerTimeout` later on the database's clock. The holder sweeps dead workers'
- * jobs (rescuer.ts) and, now and then, idle queue rows (queue-cleaner.ts). A leader that
+ * jobs (rescuer.ts), moves done jobs nobody finished to the history (finisher.ts), deletes
+ * history past its retention (history-cleaner.ts) and, now and then, idle queue rows
+ * (queue-cleaner.ts). A leader that
  * stalls loses the lease when it expires; its sweeps are safe to overlap with the next
  * leader's anyway. Statements run on the worker's pinned connection, so a pool full of
  * handlers cannot hold them up.
@@ -82,6 +86,9 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       }
       if (!this.leader) return;
       await rescueDeadWorkers(this.worker, workerTimeout, this.logger);
+      await finishLeftovers(this.worker);
+      // Half a round at most, so that the lease is renewed on time behind a big backlog.
+      await deleteExpiredJobs(this.worker, this.db.options.retention, this.db.options.heartbeatInterval / 2);
       if (everything || Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
         await deleteIdleQueues(this.worker);
         this.lastQueueCleanup = Date.now();

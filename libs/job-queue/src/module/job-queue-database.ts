@@ -12,7 +12,7 @@ import { JOB_QUEUE_MODULE_OPTIONS } from './job-queue.module-definition';
 import { resolveOptions, type JobQueueModuleOptions, type ResolvedJobQueueOptions } from './job-queue.options';
 
 /** The name of a statement of sql/queries.ts. */
-export type Statement = Exclude<keyof JobQueueQueries, 'channel'>;
+export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel'>;
 
 /**
  * The module's hold on PostgreSQL: finds the DataSource, applies the migrations at

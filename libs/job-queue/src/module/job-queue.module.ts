@@ -4,6 +4,7 @@ import { CronScheduler } from '../cron/cron-scheduler';
 import { TaskRegistry } from '../decorators/task-registry';
 import { JobQueueMaintenance } from '../maintenance/maintenance';
 import { JobQueueService } from '../service/job-queue.service';
+import { JobWaiter } from '../service/job-waiter';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { JobQueueDatabase } from './job-queue-database';
 import { ConfigurableJobQueueModule } from './job-queue.module-definition';
@@ -14,7 +15,7 @@ import { ConfigurableJobQueueModule } from './job-queue.module-definition';
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [JobQueueDatabase, TaskRegistry, JobQueueService, JobQueueWorker, CronScheduler, JobQueueMaintenance],
+  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueService, JobQueueWorker, CronScheduler, JobQueueMaintenance],
   exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance],
 })
 export class JobQueueModule extends ConfigurableJobQueueModule {}

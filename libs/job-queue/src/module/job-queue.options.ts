@@ -1,5 +1,6 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
-import { checkDuration } from '../duration';
+import { checkDuration, DAY_MS } from '../duration';
+import { DEFAULT_MAX_JSON_BYTES } from '../json';
 import { JobQueueError } from '../errors';
 import { validateTaskIdentifier } from '../service/validate-job-spec';
 import { validateSchemaName } from '../sql/identifier';
@@ -7,6 +8,27 @@ import { validateSchemaName } from '../sql/identifier';
 type PostgresDataSourceOptions = Extract<DataSourceOptions, { type: 'postgres' }>;
 
 export type ForbiddenFlags = string[] | (() => string[] | Promise<string[]>);
+
+/** How long finished jobs are kept, per state: ms or a duration string; 0 keeps none, null keeps them forever. */
+export interface RetentionOptions {
+  /** Default 24h. 0: a completed job is deleted as it completes (no history, no result for waitForJob). */
+  completed?: number | string | null;
+  /** Default 7d. */
+  failed?: number | string | null;
+  /** Default 7d. */
+  cancelled?: number | string | null;
+}
+
+/** Retention in ms per finished state; null: kept forever. */
+export interface Retention {
+  completed: number | null;
+  failed: number | null;
+  cancelled: number | null;
+}
+
+const DEFAULT_RETENTION: Retention = { completed: DAY_MS, failed: 7 * DAY_MS, cancelled: 7 * DAY_MS };
+/** The longest retention short of forever (null): ten years. */
+const MAX_RETENTION_MS = 3650 * DAY_MS;
 
 export interface JobQueueModuleOptions {
   /** Schema of the job tables. Default `job_queue`. A plain identifier, at most 50 characters. */
@@ -56,6 +78,14 @@ export interface JobQueueModuleOptions {
    * accepts any identifier (a producer that knows none of the handlers).
    */
   externalTasks?: string[] | '*';
+  /**
+   * How long finished jobs stay in `finished_jobs` (and getJob, listJobs, waitForJob see
+   * them), per state. The maintenance leader deletes them after. Defaults: completed 24h,
+   * failed and cancelled 7d.
+   */
+  retention?: RetentionOptions;
+  /** The largest payload (at add) and result (a handler's return value), in bytes of JSON. Default 1 MiB. */
+  maxJsonBytes?: number;
 }
 
 export interface ResolvedJobQueueOptions {
@@ -71,6 +101,25 @@ export interface ResolvedJobQueueOptions {
   forbiddenFlags?: ForbiddenFlags;
   crontab?: string;
   externalTasks: ReadonlySet<string> | '*';
+  retention: Retention;
+  maxJsonBytes: number;
+}
+
+function resolveRetention(options: unknown): Retention {
+  if (options === undefined) return DEFAULT_RETENTION;
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new JobQueueError('JQ_INVALID_OPTIONS', 'retention must be an object: { completed, failed, cancelled }');
+  }
+  const given = options as Record<string, unknown>;
+  const unknown = Object.keys(given).filter((key) => !(key in DEFAULT_RETENTION));
+  if (unknown.length > 0) throw new JobQueueError('JQ_INVALID_OPTIONS', `retention has no option ${unknown.join(', ')}: use completed, failed, cancelled`);
+  const one = (state: keyof Retention): number | null => {
+    const value = given[state];
+    if (value === undefined) return DEFAULT_RETENTION[state];
+    if (value === null) return null;
+    return checkDuration(`retention.${state}`, value, 0, 'JQ_INVALID_OPTIONS', undefined, MAX_RETENTION_MS);
+  };
+  return { completed: one('completed'), failed: one('failed'), cancelled: one('cancelled') };
 }
 
 function positiveInteger(name: string, value: unknown, fallback: number, max: number): number {
@@ -135,5 +184,7 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
     forbiddenFlags,
     crontab,
     externalTasks: externalTasks === '*' ? '*' : new Set(externalTasks),
+    retention: resolveRetention(options.retention),
+    maxJsonBytes: positiveInteger('maxJsonBytes', options.maxJsonBytes, DEFAULT_MAX_JSON_BYTES, 256 * 1_048_576),
   };
 }

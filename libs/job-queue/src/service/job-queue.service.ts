@@ -3,9 +3,46 @@ import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { TaskRegistry } from '../decorators/task-registry';
 import { JobQueueError } from '../errors';
 import { JobQueueDatabase } from '../module/job-queue-database';
+import { checkDuration } from '../duration';
+import { JOB_STATES, listStatements, type JobState } from '../sql/lifecycle';
 import { checkManager } from './check-manager';
 import { toJob, type Job, type JobRow, type JobSpec, type JobSpecWithIdentifier } from './job';
-import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, type ValidJob } from './validate-job-spec';
+import { JobWaiter } from './job-waiter';
+import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
+
+/** Filters and page of listJobs(). */
+export interface ListJobsOptions {
+  /** Only jobs in this state. Without it: unfinished jobs first (newest first), then finished ones (last finished first). */
+  state?: JobState;
+  task?: string;
+  queue?: string;
+  /** Jobs per page, 1 to 1000. Default 50. */
+  limit?: number;
+  /** The `nextCursor` of the previous page. */
+  cursor?: string | null;
+}
+
+export interface JobPage {
+  jobs: Job[];
+  /** Pass it back as `cursor` for the next page; null on the last page. */
+  nextCursor: string | null;
+}
+
+/** How many jobs are in each state. */
+export type JobCounts = Record<JobState, number>;
+
+export interface JobCountsReport {
+  byState: JobCounts;
+  byTask: Record<string, JobCounts>;
+  byQueue: Record<string, JobCounts>;
+}
+
+/** Where a page ended: in the unfinished jobs (by id), or in the finished ones (by finished_at, id). */
+type Cursor = { phase: 'active'; id: string } | { phase: 'finished'; at: string; id: string };
+
+const MAX_REASON_LENGTH = 1_000;
+/** The longest waitForJob timeout: about 24 days, what a Node.js timer holds. */
+const MAX_WAIT_MS = 2_147_483_647;
 
 export interface RescheduleOptions {
   runAt?: Date;
@@ -20,6 +57,7 @@ export class JobQueueService {
   constructor(
     private readonly db: JobQueueDatabase,
     private readonly tasks: TaskRegistry,
+    private readonly waiter: JobWaiter,
   ) {}
 
   /**
@@ -67,10 +105,100 @@ export class JobQueueService {
     return rows.map((row) => toJob(row));
   }
 
-  async getJob<Payload = unknown>(id: string): Promise<Job<Payload> | null> {
+  /** The job, unfinished or finished (while its retention keeps it), or null. */
+  async getJob<Payload = unknown, Result = unknown>(id: string): Promise<Job<Payload, Result> | null> {
     const [jobId] = validateJobIds([id]);
     const rows = await this.db.run<JobRow>('getJob', [jobId]);
-    return rows[0] ? toJob<Payload>(rows[0]) : null;
+    return rows[0] ? toJob<Payload, Result>(rows[0]) : null;
+  }
+
+  /**
+   * Cancels a job. One that no worker holds is cancelled at once. For one a worker holds
+   * (running, or claimed and about to start) the cancel is recorded in its row and its worker
+   * told, in whatever process it runs: the handler's signal aborts with JQ_JOB_CANCELLED and
+   * the job ends cancelled, whatever the handler then does; the returned job then says
+   * `cancelRequestedAt`. A finished job cannot be cancelled: JQ_JOB_FINISHED.
+   */
+  async cancelJob(id: string, reason?: string): Promise<Job> {
+    const [jobId] = validateJobIds([id]);
+    if (reason !== undefined && (typeof reason !== 'string' || reason.length > MAX_REASON_LENGTH)) {
+      throw new JobQueueError('JQ_INVALID_SPEC', `reason must be a string of at most ${MAX_REASON_LENGTH} characters`);
+    }
+    const [{ outcome, state }] = await this.db.run<{ outcome: string; state: string | null }>('cancelJob', [jobId, reason ?? null]);
+    if (outcome === 'not_found') throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`);
+    if (outcome === 'finished') throw new JobQueueError('JQ_JOB_FINISHED', `job ${jobId} is already ${state}: only an unfinished job can be cancelled`);
+    const job = await this.getJob(jobId);
+    if (!job) throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`); // deleted right after (retention 0)
+    return job;
+  }
+
+  /**
+   * Moves failed or cancelled jobs back to the queue, due now, their attempts reset (their
+   * errors kept). Returns the jobs retried; ids of other jobs are ignored, and so is a job
+   * whose key a newer unfinished job has taken.
+   */
+  async retryJobs(ids: string[]): Promise<Job[]> {
+    const rows = await this.db.run<{ id: string }>('retryJobs', [validateJobIds(ids)]);
+    return this.jobsById(rows.map((row) => row.id));
+  }
+
+  /**
+   * Waits until the job finishes: resolves with the completed job (its `result` included),
+   * rejects with JQ_JOB_FAILED or JQ_JOB_CANCELLED (a JobEndedError carrying the job), with
+   * JQ_WAIT_TIMEOUT after `timeout` (ms or a duration string; none by default), and with
+   * JQ_JOB_NOT_FOUND for an unknown job. With `retention.completed` 0 a completed job leaves
+   * nothing to read: JQ_JOB_NOT_FOUND too. Works in a producer-only app (`worker: false`).
+   */
+  async waitForJob<Result = unknown>(id: string, options: { timeout?: number | string } = {}): Promise<Job<unknown, Result>> {
+    const [jobId] = validateJobIds([id]);
+    const timeout = options?.timeout === undefined ? undefined : checkDuration('timeout', options.timeout, 0, 'JQ_INVALID_SPEC', 'waitForJob', MAX_WAIT_MS);
+    return (await this.waiter.wait(jobId, timeout)) as Job<unknown, Result>;
+  }
+
+  /** A page of jobs, filtered by state, task and queue; see ListJobsOptions for the order. */
+  async listJobs(options: ListJobsOptions = {}): Promise<JobPage> {
+    const { state, task, queue, limit = 50, cursor } = options ?? {};
+    if (state !== undefined && !JOB_STATES.includes(state)) {
+      throw new JobQueueError('JQ_INVALID_STATE', `state must be one of ${JOB_STATES.join(', ')}, got ${JSON.stringify(state)}`);
+    }
+    if (task !== undefined) validateTaskIdentifier(task);
+    const queueName = optionalString(queue, 'JQ_INVALID_QUEUE_NAME', 'queue', LIMITS.queueNameLength);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new JobQueueError('JQ_INVALID_SPEC', `limit must be an integer from 1 to 1000, got ${String(limit)}`);
+    const from = decodeCursor(cursor);
+    const statements = listStatements(state ?? null);
+    const rows: JobRow[] = [];
+    if (statements.active && from?.phase !== 'finished') {
+      rows.push(...(await this.db.run<JobRow>(statements.active, [task ?? null, queueName, from?.id ?? null, limit + 1])));
+    }
+    if (statements.finished && rows.length <= limit) {
+      const after = from?.phase === 'finished' ? from : undefined;
+      rows.push(...(await this.db.run<JobRow>(statements.finished, [task ?? null, queueName, after?.at ?? null, after?.id ?? null, limit + 1 - rows.length])));
+    }
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1] as (JobRow & { finished_at_key?: string | null }) | undefined;
+    const nextCursor =
+      rows.length > limit && last
+        ? encodeCursor(last.finished_at_key ? { phase: 'finished', at: last.finished_at_key, id: String(last.id) } : { phase: 'active', id: String(last.id) })
+        : null;
+    return { jobs: page.map((row) => toJob(row)), nextCursor };
+  }
+
+  /**
+   * How many jobs are in each state, in all and per task and per queue. Unfinished jobs are
+   * counted in `jobs` (as many rows as the backlog); finished ones come from the counts that
+   * triggers on `finished_jobs` keep, so a long history costs nothing here.
+   */
+  async countJobs(): Promise<JobCountsReport> {
+    const rows = await this.db.run<{ state: JobState; task_identifier: string; queue_name: string | null; count: string }>('countJobs', []);
+    const empty = (): JobCounts => Object.fromEntries(JOB_STATES.map((state) => [state, 0])) as JobCounts;
+    const report: JobCountsReport = { byState: empty(), byTask: {}, byQueue: {} };
+    for (const row of rows) {
+      const count = Number(row.count);
+      report.byState[row.state] += count;
+      (report.byTask[row.task_identifier] ??= empty())[row.state] += count;
+      if (row.queue_name !== null) (report.byQueue[row.queue_name] ??= empty())[row.state] += count;
+    }
+    return report;
   }
 
   /** Deletes the pending job with this key; a job a worker holds is left alone (null is returned). */
@@ -81,17 +209,24 @@ export class JobQueueService {
     return rows[0] ? toJob(rows[0]) : null;
   }
 
-  /** Marks jobs as done (deletes them). Jobs a worker holds are skipped. Returns the jobs completed. */
+  /** Marks unfinished jobs as completed (with no result). Jobs a worker holds are skipped. Returns the jobs completed. */
   async completeJobs(ids: string[]): Promise<Job[]> {
     const rows = await this.db.run<JobRow>('completeJobs', [validateJobIds(ids)]);
-    return rows.map((row) => toJob(row));
+    return this.jobsById(rows.map((row) => String(row.id)));
   }
 
-  /** Fails jobs for good, keeping them with `reason` as their error. Jobs a worker holds are skipped. */
+  /** Fails unfinished jobs for good, with `reason` as their error. Jobs a worker holds are skipped. Returns the jobs failed. */
   async permanentlyFailJobs(ids: string[], reason?: string): Promise<Job[]> {
     if (reason !== undefined && typeof reason !== 'string') throw new JobQueueError('JQ_INVALID_SPEC', 'reason must be a string');
     const rows = await this.db.run<JobRow>('permanentlyFailJobs', [validateJobIds(ids), reason ?? null]);
-    return rows.map((row) => toJob(row));
+    return this.jobsById(rows.map((row) => String(row.id)));
+  }
+
+  /** The jobs with these ids as they are now, in the order given. */
+  private async jobsById(ids: string[]): Promise<Job[]> {
+    if (ids.length === 0) return [];
+    const byId = new Map((await this.db.run<JobRow>('getJobs', [ids])).map((row) => [String(row.id), toJob(row)]));
+    return ids.flatMap((id) => byId.get(id) ?? []);
   }
 
   /** Changes when and how jobs run. Jobs a worker holds are skipped. */
@@ -131,12 +266,17 @@ export class JobQueueService {
     const task = typeof identifier === 'string' ? this.tasks.get(identifier) : undefined;
     const defaults = task?.options;
     const { manager: _manager, ...rest } = spec ?? {};
-    const job = validateJob(identifier, payload, {
-      ...rest,
-      queueName: rest.queueName ?? defaults?.queueName,
-      priority: rest.priority ?? defaults?.priority,
-      maxAttempts: rest.maxAttempts ?? defaults?.maxAttempts,
-    });
+    const job = validateJob(
+      identifier,
+      payload,
+      {
+        ...rest,
+        queueName: rest.queueName ?? defaults?.queueName,
+        priority: rest.priority ?? defaults?.priority,
+        maxAttempts: rest.maxAttempts ?? defaults?.maxAttempts,
+      },
+      this.db.options.maxJsonBytes,
+    );
     const { externalTasks } = this.db.options;
     if (!task && externalTasks !== '*' && !externalTasks.has(job.identifier)) {
       throw new JobQueueError(
@@ -146,4 +286,24 @@ export class JobQueueService {
     }
     return job;
   }
+}
+
+function encodeCursor(cursor: Cursor): string {
+  return Buffer.from(JSON.stringify(cursor)).toString('base64url');
+}
+
+function decodeCursor(text: string | null | undefined): Cursor | undefined {
+  if (text === undefined || text === null) return undefined;
+  const bad = () => new JobQueueError('JQ_INVALID_CURSOR', 'cursor must be the nextCursor of an earlier listJobs() page');
+  if (typeof text !== 'string') throw bad();
+  let cursor: Partial<Cursor & { at: unknown }>;
+  try {
+    cursor = JSON.parse(Buffer.from(text, 'base64url').toString());
+  } catch {
+    throw bad();
+  }
+  const id = typeof cursor?.id === 'string' && /^[1-9][0-9]{0,18}$/.test(cursor.id) ? cursor.id : undefined;
+  if (id && cursor.phase === 'active') return { phase: 'active', id };
+  if (id && cursor.phase === 'finished' && typeof cursor.at === 'string' && !Number.isNaN(Date.parse(cursor.at))) return { phase: 'finished', at: cursor.at, id };
+  throw bad();
 }

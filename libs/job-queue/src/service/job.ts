@@ -1,4 +1,20 @@
 import type { EntityManager } from 'typeorm';
+import type { JobState } from '../sql/lifecycle';
+
+export type { JobState };
+
+/** What `ctx.progress()` stores: a percentage from 0 to 100, or a small JSON object. */
+export type JobProgress = number | Record<string, unknown>;
+
+/** One failed attempt of a job. */
+export interface JobAttemptError {
+  at: Date;
+  /** The attempt that failed (1 for the first). */
+  attempt: number;
+  message: string;
+  /** The error's `code` when it had a string one (JQ_JOB_TIMEOUT, JQ_WORKER_LOST, or the app's own). */
+  code: string | null;
+}
 
 export type JobKeyMode = 'replace' | 'preserve_run_at' | 'unsafe_dedupe';
 
@@ -28,9 +44,11 @@ export interface JobSpecWithIdentifier extends Omit<JobSpec, 'manager'> {
   payload?: unknown;
 }
 
-/** A row of the jobs table, as the API returns it. Ids are strings: they are bigints. */
-export interface Job<Payload = unknown> {
+/** A job as the API returns it, unfinished or finished. Ids are strings: they are bigints. */
+export interface Job<Payload = unknown, Result = unknown> {
   id: string;
+  /** waiting (due, or claimed but not started), scheduled, running, retrying, completed, failed or cancelled. */
+  state: JobState;
   taskIdentifier: string;
   queueName: string | null;
   payload: Payload;
@@ -46,8 +64,20 @@ export interface Job<Payload = unknown> {
   lockedBy: string | null;
   createdAt: Date;
   updatedAt: Date;
-  /** When its handler started, while a worker holds it; null while it is only claimed (prefetched) or not held. */
+  /** When its handler last started; null while it is only claimed (prefetched), or never ran. */
   startedAt: Date | null;
+  /** When it completed, failed for good or was cancelled; null while unfinished. */
+  finishedAt: Date | null;
+  /** The handler's return value, once completed (null otherwise, and for a handler that returned nothing). */
+  result: Result | null;
+  /** The last value its handler reported with `ctx.progress()`. */
+  progress: JobProgress | null;
+  /** One entry per failed attempt, oldest first. */
+  errors: JobAttemptError[];
+  /** The worker that holds it now, or that finished it. */
+  workerId: string | null;
+  /** When a cancel was requested while a worker held it (it ends `cancelled` once that worker lets go). */
+  cancelRequestedAt: Date | null;
 }
 
 export interface JobRow {
@@ -68,11 +98,29 @@ export interface JobRow {
   created_at: Date;
   updated_at: Date;
   started_at: Date | null;
+  progress?: JobProgress | null;
+  errors?: Array<{ at: string; attempt: number; message: string; code: string | null }> | null;
+  cancel_requested_at?: Date | null;
+  /** Rows of a read (sql/lifecycle.ts) carry these; rows of add and claim do not. */
+  state?: JobState;
+  result?: unknown;
+  finished_at?: Date | null;
+  worker_id?: string | null;
 }
 
-export function toJob<Payload = unknown>(row: JobRow): Job<Payload> {
+/** The state of a row of `jobs` (as activeState in sql/lifecycle.ts computes it, on this process's clock). */
+function stateOf(row: JobRow): JobState {
+  if (row.locked_at) return row.started_at ? 'running' : 'waiting';
+  if (row.cancel_requested_at) return 'cancelled';
+  if (row.attempts >= row.max_attempts) return 'failed';
+  if (row.attempts > 0) return 'retrying';
+  return row.run_at.getTime() > Date.now() ? 'scheduled' : 'waiting';
+}
+
+export function toJob<Payload = unknown, Result = unknown>(row: JobRow): Job<Payload, Result> {
   return {
     id: String(row.id),
+    state: row.state ?? stateOf(row),
     taskIdentifier: row.task_identifier,
     queueName: row.queue_name,
     payload: row.payload as Payload,
@@ -89,5 +137,11 @@ export function toJob<Payload = unknown>(row: JobRow): Job<Payload> {
     createdAt: row.created_at,
     updatedAt: row.updated_at,
     startedAt: row.started_at,
+    finishedAt: row.finished_at ?? null,
+    result: (row.result ?? null) as Result | null,
+    progress: row.progress ?? null,
+    errors: (row.errors ?? []).map((e) => ({ at: new Date(e.at), attempt: e.attempt, message: e.message, code: e.code ?? null })),
+    workerId: row.worker_id !== undefined ? row.worker_id : row.locked_by,
+    cancelRequestedAt: row.cancel_requested_at ?? null,
   };
 }

@@ -1,4 +1,5 @@
 import { JobQueueError } from '../errors';
+import { DEFAULT_MAX_JSON_BYTES, toJsonText } from '../json';
 import type { JobKeyMode, JobSpec } from './job';
 
 /** Column limits, mirrored by CHECK constraints in the migration. */
@@ -56,17 +57,9 @@ function describe(value: unknown): string {
   return String(value);
 }
 
-/** Serialises a payload, refusing what JSON cannot carry (circular structures, BigInt, functions). */
-export function payloadToJson(payload: unknown): string {
-  if (payload === undefined) return '{}';
-  let json: string | undefined;
-  try {
-    json = JSON.stringify(payload);
-  } catch (error) {
-    fail('JQ_INVALID_PAYLOAD', `payload cannot be serialised to JSON: ${(error as Error).message}`);
-  }
-  if (json === undefined) fail('JQ_INVALID_PAYLOAD', `payload cannot be serialised to JSON (got a ${typeof payload})`);
-  return json;
+/** Serialises a payload, refusing what JSON or jsonb cannot carry, and more than `maxBytes` of it. */
+export function payloadToJson(payload: unknown, maxBytes = DEFAULT_MAX_JSON_BYTES): string {
+  return toJsonText(payload, 'payload', maxBytes, { notJson: 'JQ_INVALID_PAYLOAD', tooLarge: 'JQ_PAYLOAD_TOO_LARGE' }, '{}');
 }
 
 export function validateTaskIdentifier(identifier: unknown): string {
@@ -80,7 +73,12 @@ export function validateTaskIdentifier(identifier: unknown): string {
 }
 
 /** Checks everything about one job before anything is written. */
-export function validateJob(identifier: unknown, payload: unknown, spec: Omit<JobSpec, 'manager'> = {}): ValidJob {
+export function validateJob(
+  identifier: unknown,
+  payload: unknown,
+  spec: Omit<JobSpec, 'manager'> = {},
+  maxJsonBytes = DEFAULT_MAX_JSON_BYTES,
+): ValidJob {
   if (spec === null || typeof spec !== 'object') fail('JQ_INVALID_SPEC', 'the job spec must be an object');
   const { runAt, flags, jobKeyMode } = spec;
   if (runAt !== undefined && runAt !== null && !(runAt instanceof Date && !Number.isNaN(runAt.getTime()))) {
@@ -94,7 +92,7 @@ export function validateJob(identifier: unknown, payload: unknown, spec: Omit<Jo
   }
   return {
     identifier: validateTaskIdentifier(identifier),
-    payloadJson: payloadToJson(payload),
+    payloadJson: payloadToJson(payload, maxJsonBytes),
     queueName: optionalString(spec.queueName, 'JQ_INVALID_QUEUE_NAME', 'queueName', LIMITS.queueNameLength),
     runAt: runAt ?? null,
     maxAttempts: optionalSmallint(spec.maxAttempts, 'JQ_INVALID_MAX_ATTEMPTS', 'maxAttempts', 1),

@@ -28,3 +28,13 @@ export function quoteIdentifier(name: string): string {
 export function jobsChannel(schema: string): string {
   return `${schema}:jobs`;
 }
+
+/** The channel a job's end is told on (payload: the ids, comma-separated; '*' when too many to list): waitForJob() listens. */
+export function finishedChannel(schema: string): string {
+  return `${schema}:finished`;
+}
+
+/** The channel a cancel of a job some worker holds is told on (payload: the id): workers listen. */
+export function cancelChannel(schema: string): string {
+  return `${schema}:cancel`;
+}

@@ -4,7 +4,7 @@
  * replicas ever run it at once, and none waits on a row lock someone else holds.
  * `s` is the quoted schema, `channel` the jobs channel.
  */
-export function createMaintenanceQueries(s: string, channel: string) {
+export function createMaintenanceQueries(s: string, channel: string, finished: string) {
   /** A worker row whose heartbeat is older than its own timeout. A restart of the server counts as a heartbeat: no one could send one while it was down. */
   const isDead = (w: string) =>
     `greatest(${w}.heartbeat_at, pg_postmaster_start_time()) < now() - ${w}.timeout_ms * interval '1 millisecond'`;
@@ -105,5 +105,54 @@ export function createMaintenanceQueries(s: string, channel: string) {
       )
       delete from ${s}.job_queues q using idle where q.queue_name = idle.queue_name
       returning q.queue_name`,
+
+    /**
+     * Moves up to $1 done-but-unfinished rows to finished_jobs (jobs_leftover_idx finds them):
+     * out of attempts with no worker holding them (a rescue's last attempt, an admin call, a
+     * worker of the previous version), or cancelled while a worker held them and let go
+     * since (a give-back, a rescue). Tells waiters.
+     */
+    finishLeftovers: `
+      with leftovers as (
+        select id from ${s}.jobs
+        where locked_at is null and (attempts >= max_attempts or cancel_requested_at is not null)
+        order by id
+        limit $1
+        for update skip locked
+      ),
+      moved as (
+        delete from ${s}.jobs j using leftovers l where j.id = l.id returning j.*
+      ),
+      kept as (
+        insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
+          state, progress, errors, last_error, worker_id, created_at, started_at)
+        select m.id, m.task_identifier, m.queue_name, m.payload, m.priority, m.run_at, m.attempts, m.max_attempts, m.key, m.flags,
+          case when m.cancel_requested_at is not null then 'cancelled' else 'failed' end,
+          m.progress, m.errors,
+          case when m.cancel_requested_at is not null then 'JQ_JOB_CANCELLED: ' || coalesce(m.cancel_reason, 'cancelled') else m.last_error end,
+          null, m.created_at, m.started_at
+        from moved m
+      ),
+      told as (
+        select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
+        from (select string_agg(id::text, ',') as ids from moved) listed where ids is not null
+      )
+      select (select count(*) from moved)::int as moved, (select count(*) from told)::int as told`,
+
+    /**
+     * Retention: deletes up to $3 finished jobs in state $1 that finished more than $2 ms ago,
+     * oldest first, walking finished_jobs_state_idx; rows someone has locked are skipped.
+     */
+    deleteExpiredJobs: `
+      with expired as (
+        select id from ${s}.finished_jobs
+        where state = $1 and finished_at < now() - $2::float8 * interval '1 millisecond'
+        order by finished_at
+        limit $3
+        for update skip locked
+      ),
+      deleted as (delete from ${s}.finished_jobs f using expired e where f.id = e.id returning 1)
+      select count(*)::int as deleted from deleted`,
+
   };
 }

@@ -1,4 +1,5 @@
-import { jobsChannel, quoteIdentifier } from './identifier';
+import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
+import { createLifecycleQueries } from './lifecycle';
 import { createMaintenanceQueries } from './maintenance';
 import { createWorkerQueries } from './workers';
 
@@ -11,6 +12,7 @@ import { createWorkerQueries } from './workers';
 export const JOB_COLUMNS = [
   'id', 'task_identifier', 'queue_name', 'payload', 'priority', 'run_at', 'attempts', 'max_attempts',
   'last_error', 'key', 'revision', 'flags', 'locked_at', 'locked_by', 'created_at', 'updated_at', 'started_at', 'first_run_at',
+  'progress', 'errors', 'cancel_requested_at',
 ] as const;
 
 const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
@@ -23,6 +25,7 @@ const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${co
 export function createQueries(schema: string) {
   const s = quoteIdentifier(schema);
   const channel = jobsChannel(schema);
+  const finished = finishedChannel(schema);
 
   /** Releases the queues whose jobs a CTE named `released` returned, and wakes workers for them. */
   const unlockQueuesOf = (released: string, workerParam: string) => `
@@ -36,6 +39,8 @@ export function createQueries(schema: string) {
 
   return {
     channel,
+    finishedChannel: finished,
+    cancelChannel: cancelChannel(schema),
 
     /** $1 identifier, $2 payload (json text), $3 queue, $4 run_at, $5 max_attempts, $6 key, $7 priority, $8 flags, $9 key mode */
     addJob: `select ${jobColumns('j')} from ${s}.add_job($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text) j`,
@@ -73,8 +78,6 @@ export function createQueries(schema: string) {
           array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode) as j
       order by s.ord`,
 
-    /** $1 id */
-    getJob: `select ${jobColumns('j')} from ${s}.jobs j where j.id = $1::bigint`,
     /** $1 job key */
     removeJob: `select ${jobColumns('j')} from ${s}.remove_job($1::text) j where j.id is not null`,
     /** $1 ids */
@@ -111,12 +114,13 @@ export function createQueries(schema: string) {
           and j.run_at <= now()
           and array_position($1::text[], j.task_identifier) is not null
           and not (j.flags && $2::text[])
+          and j.cancel_requested_at is null
           and (j.queue_name is null or (
             not exists (
               select 1 from ${s}.job_queues q where q.queue_name = j.queue_name and q.locked_at is not null)
             and not exists (
               select 1 from ${s}.jobs e
-              where e.queue_name = j.queue_name and e.is_available and (e.run_at <= now() or e.attempts > 0)
+              where e.queue_name = j.queue_name and e.is_available and e.cancel_requested_at is null and (e.run_at <= now() or e.attempts > 0)
                 and (e.priority, coalesce(e.first_run_at, e.run_at), e.id) < (j.priority, coalesce(j.first_run_at, j.run_at), j.id))))
           and exists (select 1 from ${s}.workers w where w.id = $4)
         order by j.priority, j.run_at, j.id
@@ -141,55 +145,107 @@ export function createQueries(schema: string) {
       returning ${jobColumns('j')}, (select count(*) from candidates)::int as candidate_count`,
 
     /**
-     * One flush of the release batches for worker $1: deletes the jobs that succeeded ($2),
-     * and for the ones that failed ($3 ids, $4 errors, $5 retry delays in ms) records the
-     * error, unlocks them and moves run_at (keeping their queue place in first_run_at). It
-     * also marks as started the prefetched jobs whose handlers began since ($6). Only rows
-     * this worker still holds are touched: a job it lost (rescued after a stall, say) is
-     * not its to write. A keyed job can be row-locked by a caller for as long as the
-     * caller's transaction lasts (add_job replacing it while it runs): keyed rows are found
-     * once (`keyed`), taken SKIP LOCKED (`held`), and those someone holds come back in `busy`
-     * (keyed but not held), for a later flush, so that
-     * one lock holds up one job and never the worker's others (a start mark is just
-     * dropped). Keyless rows nobody locks for long: they are taken directly, which spares
-     * the drain a lock record per job.
+     * One flush of the release batches for worker $1. Only rows this worker still holds are
+     * touched: a job it lost (rescued after a stall, say) is not its to write.
+     *
+     * - Jobs that finish leave `jobs` for `finished_jobs` (`finished`, `kept`): the ones that
+     *   succeeded ($2 ids, $3 results as json text), the failures that were their last attempt,
+     *   and any job whose cancel was requested, which ends `cancelled` whatever its handler did.
+     *   A success is kept only if $11 (retention.completed is not 0); the others always are
+     *   (the cleaner deletes what its retention says).
+     * - The other failures ($4 ids, $5 messages, $6 codes, $7 retry delays in ms) are unlocked
+     *   with the error appended to `errors`, run_at moved (their queue place kept in first_run_at).
+     * - Jobs still running get their start mark ($8: prefetched jobs whose handlers began
+     *   since) and progress ($9 ids, $10 values as json text; a finishing job's last progress
+     *   rides on its own row).
+     * - Waiters (waitForJob) hear the finished ids on the finished channel: one NOTIFY per flush.
+     *
+     * A keyed job can be row-locked by a caller for as long as the caller's transaction lasts
+     * (add_job replacing it while it runs): keyed rows are found once (`keyed`), taken SKIP
+     * LOCKED (`held`), and those someone holds come back in `busy` for a later flush, so that
+     * one lock holds up one job and never the worker's others. So do the rare rows a
+     * concurrent cancel changed under this statement. Keyless rows nobody locks for long:
+     * they are taken directly, which spares the drain a lock record per job.
      */
     releaseJobs: `
-      with keyed as materialized (
+      with outcome as materialized (
+        select c.id, true as ok, c.result, null::text as message, null::text as code, 0::float8 as delay_ms
+        from unnest($2::bigint[], $3::text[]) as c(id, result)
+        union all
+        select f.id, false, null, f.message, f.code, f.delay_ms
+        from unnest($4::bigint[], $5::text[], $6::text[], $7::float8[]) as f(id, message, code, delay_ms)
+      ),
+      progress as materialized (
+        select p.id, p.value::jsonb as value from unnest($9::bigint[], $10::text[]) as p(id, value)
+      ),
+      keyed as materialized (
         select id from ${s}.jobs
-        where id = any($2::bigint[] || $3::bigint[] || $6::bigint[]) and locked_by = $1 and key is not null
+        where id = any($2::bigint[] || $4::bigint[] || $8::bigint[] || $9::bigint[]) and locked_by = $1 and key is not null
       ),
       held as materialized (
         select id from ${s}.jobs
         where id in (select id from keyed) and locked_by = $1
         for no key update skip locked
       ),
-      completed as (
-        delete from ${s}.jobs j
-        where j.id = any($2::bigint[]) and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
-        returning j.queue_name
+      finished as (
+        delete from ${s}.jobs j using outcome o
+        where j.id = o.id and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
+          and (o.ok or j.attempts >= j.max_attempts or j.cancel_requested_at is not null)
+        returning j.*, o.ok, o.result, o.message, o.code,
+          case when j.cancel_requested_at is not null then 'cancelled' when o.ok then 'completed' else 'failed' end as state
       ),
-      failed as (
+      kept as (
+        insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
+          state, result, progress, errors, last_error, worker_id, created_at, started_at)
+        select f.id, f.task_identifier, f.queue_name, f.payload, f.priority, f.run_at, f.attempts, f.max_attempts, f.key, f.flags,
+          f.state,
+          case when f.state = 'completed' then f.result::jsonb end,
+          coalesce((select p.value from progress p where p.id = f.id), f.progress),
+          case when f.state = 'failed'
+            then coalesce(f.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', f.attempts, 'message', f.message, 'code', f.code)
+            else f.errors end,
+          case f.state
+            when 'failed' then f.message
+            when 'cancelled' then 'JQ_JOB_CANCELLED: ' || coalesce(f.cancel_reason, 'cancelled')
+          end,
+          $1, f.created_at, f.started_at
+        from finished f
+        where f.state <> 'completed' or $11::boolean
+      ),
+      retried as (
         update ${s}.jobs j set
-          last_error = f.error,
+          last_error = o.message,
+          errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', j.attempts, 'message', o.message, 'code', o.code),
+          progress = coalesce((select p.value from progress p where p.id = j.id), j.progress),
           first_run_at = coalesce(j.first_run_at, j.run_at),
-          run_at = now() + f.delay_ms * interval '1 millisecond',
+          run_at = now() + o.delay_ms * interval '1 millisecond',
           locked_at = null, locked_by = null, updated_at = now()
-        from unnest($3::bigint[], $4::text[], $5::float8[]) as f(id, error, delay_ms)
-        where j.id = f.id and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
-        returning j.queue_name
+        from outcome o
+        where j.id = o.id and not o.ok and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
+          and j.attempts < j.max_attempts and j.cancel_requested_at is null
+        returning j.id, j.queue_name
       ),
-      started as (
-        update ${s}.jobs j set started_at = now()
-        where j.id = any($6::bigint[]) and j.locked_by = $1 and j.started_at is null and (j.key is null or j.id in (select id from held))
+      touched as (
+        update ${s}.jobs j set
+          started_at = case when j.id = any($8::bigint[]) then coalesce(j.started_at, now()) else j.started_at end,
+          progress = coalesce((select p.value from progress p where p.id = j.id), j.progress)
+        where j.id = any($8::bigint[] || $9::bigint[]) and not (j.id = any($2::bigint[] || $4::bigint[]))
+          and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
       ),
-      released as (select queue_name from completed union all select queue_name from failed),
+      released as (select queue_name from finished union all select queue_name from retried),
       ${unlockQueuesOf('released', '$1')},
+      told as (
+        select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
+        from (select string_agg(id::text, ',') as ids from finished) listed where ids is not null
+      ),
       busy as (
-        select id from keyed where id = any($2::bigint[] || $3::bigint[]) and id not in (select id from held)
+        select o.id from outcome o
+        where o.id not in (select id from finished) and o.id not in (select id from retried)
+          and exists (select 1 from ${s}.jobs j where j.id = o.id and j.locked_by = $1)
       )
       select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken,
-             array(select id::text from busy) as busy`,
+             (select count(*) from told)::int as told, array(select id::text from busy) as busy,
+             (select coalesce(json_agg(json_build_object('id', id::text, 'reason', cancel_reason)), '[]') from finished where state = 'cancelled') as cancelled`,
 
     /** Records schedules seen for the first time: backfill never reaches before known_since. $1 identifiers */
     registerCrontabs: `
@@ -218,8 +274,9 @@ export function createQueries(schema: string) {
       select j.id from claimed
         cross join lateral ${s}.add_job($3::text, $4::jsonb, $5::text, $2::timestamptz, $6::integer, $7::text, $8::integer, null, 'unsafe_dedupe') as j`,
 
+    ...createLifecycleQueries(s),
     ...createWorkerQueries(s, channel),
-    ...createMaintenanceQueries(s, channel),
+    ...createMaintenanceQueries(s, channel, finished),
   };
 }
 

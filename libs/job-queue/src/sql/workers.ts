@@ -9,8 +9,13 @@ export function createWorkerQueries(s: string, channel: string) {
       insert into ${s}.workers (id, timeout_ms) values ($1, $2)
       on conflict (id) do update set heartbeat_at = now(), timeout_ms = excluded.timeout_ms`,
 
-    /** $1 worker id. No row back: the worker was declared dead (and its jobs rescued). */
-    heartbeatWorker: `update ${s}.workers set heartbeat_at = now() where id = $1 returning id`,
+    /**
+     * $1 worker id. No row back: the worker was declared dead (and its jobs rescued). With the
+     * row, the jobs it holds whose cancel was requested: the catch-up for a lost notification.
+     */
+    heartbeatWorker: `
+      update ${s}.workers set heartbeat_at = now() where id = $1
+      returning id, array(select j.id::text from ${s}.jobs j where j.locked_by = $1 and j.cancel_requested_at is not null) as cancelled`,
 
     /** $1 worker id */
     unregisterWorker: `delete from ${s}.workers where id = $1`,

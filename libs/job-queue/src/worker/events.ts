@@ -1,4 +1,4 @@
-import type { Job } from '../service/job';
+import type { Job, JobProgress } from '../service/job';
 
 /** What happens in a worker, as an RxJS Observable: `worker.events$`. */
 export type JobQueueEvent =
@@ -18,10 +18,15 @@ export type JobQueueEvent =
    */
   | { type: 'worker:fenced'; workerId: string; newWorkerId: string; lostJobs: string[] }
   | { type: 'job:start'; job: Job }
+  /** The handler returned `result`; the job is completed (kept, with its result, for retention.completed). */
   | { type: 'job:success'; job: Job; result: unknown; durationMs: number }
+  /** The handler reported progress with ctx.progress(). */
+  | { type: 'job:progress'; job: Job; progress: JobProgress }
+  /** A job this worker held was written cancelled (its cancel was requested while it ran or waited here). */
+  | { type: 'job:cancelled'; jobId: string; reason: string | null }
   /** The attempt failed and the job will run again at `retryAt`. */
   | { type: 'job:error'; job: Job; error: unknown; retryAt: Date; durationMs: number }
-  /** The attempt failed and no attempts are left: the job stays in the table, failed for good. */
+  /** The attempt failed and no attempts are left: the job is failed for good (kept for retention.failed). */
   | { type: 'job:failed'; job: Job; error: unknown; durationMs: number }
   /** After success, error or failed. */
   | { type: 'job:complete'; job: Job; error?: unknown }

@@ -10,15 +10,16 @@ import type { QueryResultRow } from 'pg';
 import { Subject, type Observable } from 'rxjs';
 import { TaskRegistry, type RegisteredTask } from '../decorators/task-registry';
 import { JobQueueError } from '../errors';
+import { progressToJson, toJsonText } from '../json';
 import { JobQueueDatabase, type Statement } from '../module/job-queue-database';
 import { toJob, type Job, type JobRow } from '../service/job';
 import { JobQueueService } from '../service/job-queue.service';
-import { backoffMs, sleep } from './backoff';
+import { backoffMs, sleep } from '../backoff';
 import type { JobQueueEvent } from './events';
-import { NotifyListener } from './notify-listener';
+import { NotifyListener } from '../module/notify-listener';
 import { poolSizeWarning } from './pool-size';
 import { PrefetchSizer } from './prefetch';
-import { ReleaseBatcher } from './release-batcher';
+import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
 import { errorMessage, runJob, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
@@ -105,12 +106,34 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private createBatcher(): ReleaseBatcher {
     const workerId = this.id;
     return new ReleaseBatcher(
-      (completed, failedIds, errors, delays, started) =>
+      (batch) =>
         this.db
-          .run<{ busy: string[] }>('releaseJobs', [workerId, completed, failedIds, errors, delays, started])
-          .then(([row]) => row.busy),
+          .run<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', this.releaseParameters(workerId, batch))
+          .then(([row]) => row),
       (error) => this.reportError('release', error),
+      (cancelled) => {
+        for (const { id, reason } of cancelled) this.emit({ type: 'job:cancelled', jobId: id, reason });
+      },
     );
+  }
+
+  /** The parameters of sql releaseJobs for one batch. */
+  private releaseParameters(workerId: string, { completed, failed, started, progress }: ReleaseBatch): unknown[] {
+    const progressOf = new Map(progress);
+    for (const job of [...completed, ...failed]) if (job.progress !== undefined) progressOf.set(job.id, job.progress);
+    return [
+      workerId,
+      completed.map((c) => c.id),
+      completed.map((c) => c.result),
+      failed.map((f) => f.id),
+      failed.map((f) => f.error),
+      failed.map((f) => f.code),
+      failed.map((f) => f.delayMs),
+      started,
+      [...progressOf.keys()],
+      [...progressOf.values()],
+      this.db.options.retention.completed !== 0,
+    ];
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -137,8 +160,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.stopping = false;
     this.listener = new NotifyListener(
       this.db.pool,
-      this.db.sql.channel,
-      () => void this.wake(),
+      [this.db.sql.channel, this.db.sql.cancelChannel],
+      (channel, payload) => (channel === this.db.sql.cancelChannel ? this.heardCancel([payload ?? '']) : void this.wake()),
       (error) => this.reportError('listen', error),
     );
     await this.listener.start();
@@ -177,13 +200,14 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
     const id = this.id;
     try {
-      const rows = await this.runPinned('heartbeatWorker', [id]);
+      const rows = await this.runPinned<{ cancelled: string[] }>('heartbeatWorker', [id]);
       // Unregistered meanwhile (a stop): the row is gone because this worker removed it.
       if (!this.registered) return;
       if (rows.length === 0 && id === this.id) {
         this.fence(id);
         return;
       }
+      if (rows[0] && id === this.id) this.heardCancel(rows[0].cancelled);
       if (this.claimReplyLost && !this.stopping) {
         this.fetchChain = this.fetchChain.then(() => this.giveBackUnknown());
       }
@@ -198,6 +222,27 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    */
   async runPinned<Row extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]> {
     return this.db.runOn<Row>(this.listener?.connection ?? this.db.pool, statement, values);
+  }
+
+  /**
+   * Cancels of jobs this worker may hold (by NOTIFY, or found at a heartbeat): a running
+   * handler is aborted with JQ_JOB_CANCELLED, a prefetched job is dropped unstarted. Either
+   * way the release writes the job cancelled: its row says the cancel was requested.
+   */
+  private heardCancel(ids: string[]): void {
+    for (const id of ids) {
+      const entry = this.running.get(id);
+      if (entry && !entry.cancelled) {
+        entry.cancel();
+        this.logger.log(`Job ${id} (${entry.job.taskIdentifier}) was cancelled: its handler's signal is aborted`);
+        continue;
+      }
+      const index = this.prefetched.findIndex((job) => job.id === id);
+      if (index >= 0) {
+        this.prefetched.splice(index, 1);
+        this.batcher.fail({ id, error: `JQ_JOB_CANCELLED: job ${id} was cancelled before it started`, code: 'JQ_JOB_CANCELLED', delayMs: 0 });
+      }
+    }
   }
 
   /**
@@ -423,7 +468,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const timeoutMs = task.timeoutMs ?? this.db.options.jobTimeout;
     if (timeoutMs !== undefined) entry.setTimeout(timeoutMs, (reason) => this.reportStuck(entry, reason));
     this.emit({ type: 'job:start', job });
-    entry.done = runJob(task, job, entry.abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec)).then(
+    const progress = (value: Parameters<typeof progressToJson>[0]) => {
+      const json = progressToJson(value);
+      if (entry.lost) return;
+      this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
+      entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
+    };
+    entry.done = runJob(task, job, entry.abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec), progress).then(
       (outcome) => {
         entry.settled();
         if (entry.lost) {
@@ -462,12 +513,24 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private settle(task: RegisteredTask, entry: RunningJob, outcome: JobOutcome): void {
     const { job } = entry;
     const durationMs = entry.durationMs;
+    const progress = entry.unwrittenProgress;
     this.prefetch.record(durationMs);
-    if (outcome.ok) {
-      this.batcher.complete(job.id);
-      this.emit({ type: 'job:success', job, result: outcome.result, durationMs });
-      this.emit({ type: 'job:complete', job });
+    if (entry.cancelled) {
+      // Cancelled: the release writes it so (its row says the cancel was requested), whatever the handler did.
+      this.batcher.fail({ id: job.id, error: entry.cancelled.message, code: 'JQ_JOB_CANCELLED', delayMs: 0, progress });
+      this.emit({ type: 'job:complete', job, error: entry.cancelled });
       return;
+    }
+    if (outcome.ok) {
+      try {
+        const result = this.resultJson(job, outcome.result);
+        this.batcher.complete({ id: job.id, result, progress });
+        this.emit({ type: 'job:success', job, result: outcome.result, durationMs });
+        this.emit({ type: 'job:complete', job });
+        return;
+      } catch (error) {
+        outcome = { ok: false, error }; // a result that cannot be stored fails the attempt
+      }
     }
     const { error } = outcome;
     // Aborted by the shutdown and settled in time: not the job's fault; stop() gives it back
@@ -475,7 +538,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     if (this.stopping && entry.abort.signal.aborted && !entry.timedOut && !entry.kept) return;
     const message = errorMessage(error);
     const delayMs = this.retryDelay(task.options.retryDelay, job.attempts, error);
-    this.batcher.fail(job.id, message, delayMs);
+    const code = typeof (error as { code?: unknown })?.code === 'string' ? (error as { code: string }).code : null;
+    this.batcher.fail({ id: job.id, error: message, code, delayMs, progress });
     if (job.attempts >= job.maxAttempts) {
       this.logger.error(`Job ${job.id} (${job.taskIdentifier}) failed for good after ${job.attempts} attempt(s): ${message}`);
       this.emit({ type: 'job:failed', job, error, durationMs });
@@ -488,6 +552,15 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       if (job.queueName !== null) this.emit({ type: 'queue:blocked', queueName: job.queueName, job, error, retryAt });
     }
     this.emit({ type: 'job:complete', job, error });
+  }
+
+  /** A handler's return value as the JSON text kept with the completed job: null for none. */
+  private resultJson(job: Job, result: unknown): string | null {
+    if (result === undefined || result === null) return null;
+    return toJsonText(result, `the result of job ${job.id} (${job.taskIdentifier})`, this.db.options.maxJsonBytes, {
+      notJson: 'JQ_RESULT_NOT_JSON',
+      tooLarge: 'JQ_RESULT_TOO_LARGE',
+    }, 'null');
   }
 
   private retryDelay(custom: ((attempts: number, error: unknown) => number) | undefined, attempts: number, error: unknown): number {

@@ -1,13 +1,40 @@
-import { backoffMs, sleep } from './backoff';
+import { backoffMs, sleep } from '../backoff';
 
-interface Failure {
+/** A job that succeeded: its result as JSON text (null for none), and its last progress if not written yet. */
+export interface Completion {
   id: string;
-  error: string;
-  delayMs: number;
+  result: string | null;
+  progress?: string;
 }
 
-/** Writes one batch; resolves with the ids it could not write yet because someone else holds their row lock. */
-export type FlushReleases = (completed: string[], failedIds: string[], errors: string[], delaysMs: number[], started: string[]) => Promise<string[]>;
+/** A failed attempt: the error's message and code, the retry delay (used if attempts are left), the last progress. */
+export interface Failure {
+  id: string;
+  error: string;
+  code: string | null;
+  delayMs: number;
+  progress?: string;
+}
+
+/** One flush: finished jobs, start marks of prefetched jobs, and progress of running jobs (JSON text). */
+export interface ReleaseBatch {
+  completed: Completion[];
+  failed: Failure[];
+  started: string[];
+  progress: Map<string, string>;
+}
+
+/**
+ * Writes one batch; resolves with the ids it could not write yet because someone else holds
+ * their row lock (`busy`), and those it wrote as cancelled (a cancel was recorded first).
+ */
+export type FlushReleases = (batch: ReleaseBatch) => Promise<{ busy: string[]; cancelled: CancelledJob[] }>;
+
+/** A job a flush wrote as cancelled, with the reason its cancel gave. */
+export interface CancelledJob {
+  id: string;
+  reason: string | null;
+}
 
 /**
  * How long a prefetched job's start mark may wait for a flush to ride on. Most such jobs are
@@ -33,9 +60,11 @@ const HELD_UP_MAX_MS = 100;
  * so that it never holds up the others.
  */
 export class ReleaseBatcher {
-  private completed: string[] = [];
+  private completed: Completion[] = [];
   private failed: Failure[] = [];
-  private heldUp: { completed: string[]; failed: Failure[] } = { completed: [], failed: [] };
+  private heldUp: { completed: Completion[]; failed: Failure[] } = { completed: [], failed: [] };
+  /** Progress of running jobs, the latest value per job, for the next flush. */
+  private progress = new Map<string, string>();
   private heldUpTimer?: NodeJS.Timeout;
   /** Per held-up job, how many flushes in a row found it locked. */
   private readonly heldUpTries = new Map<string, number>();
@@ -50,19 +79,31 @@ export class ReleaseBatcher {
   constructor(
     private readonly write: FlushReleases,
     private readonly onError: (error: unknown) => void,
+    /** Told of jobs a flush wrote as cancelled: a cancel was recorded before their outcome. */
+    private readonly onCancelled: (jobs: CancelledJob[]) => void = () => {},
     /** Milliseconds a finished job may wait to share a flush. */
     private readonly delayMs = 1,
   ) {}
 
-  complete(id: string): void {
-    this.started.delete(id);
-    this.completed.push(id);
+  complete(completion: Completion): void {
+    this.started.delete(completion.id);
+    completion.progress ??= this.progress.get(completion.id);
+    this.progress.delete(completion.id);
+    this.completed.push(completion);
     this.schedule();
   }
 
-  fail(id: string, error: string, delayMs: number): void {
-    this.started.delete(id);
-    this.failed.push({ id, error, delayMs });
+  fail(failure: Failure): void {
+    this.started.delete(failure.id);
+    failure.progress ??= this.progress.get(failure.id);
+    this.progress.delete(failure.id);
+    this.failed.push(failure);
+    this.schedule();
+  }
+
+  /** Records a running job's progress (JSON text) for the next flush; the caller throttles. */
+  reportProgress(id: string, json: string): void {
+    this.progress.set(id, json);
     this.schedule();
   }
 
@@ -78,9 +119,9 @@ export class ReleaseBatcher {
   /** Every job whose release is not in the database yet: collected, held up or being written. */
   unwrittenIds(): string[] {
     return [
-      ...this.completed,
+      ...this.completed.map((c) => c.id),
       ...this.failed.map((f) => f.id),
-      ...this.heldUp.completed,
+      ...this.heldUp.completed.map((c) => c.id),
       ...this.heldUp.failed.map((f) => f.id),
       ...this.inFlightIds,
     ];
@@ -110,47 +151,40 @@ export class ReleaseBatcher {
       this.timer = undefined;
     }
     while (this.inFlight) await this.inFlight;
-    if (this.completed.length + this.failed.length + this.started.size === 0) return;
+    if (this.completed.length + this.failed.length + this.started.size + this.progress.size === 0) return;
     this.inFlight = this.writeBatch();
     try {
       await this.inFlight;
     } finally {
       this.inFlight = undefined;
     }
-    if (this.completed.length + this.failed.length > 0) this.schedule();
+    if (this.completed.length + this.failed.length + this.progress.size > 0) this.schedule();
   }
 
   private async writeBatch(): Promise<void> {
-    const completed = this.completed;
-    const failed = this.failed;
-    const started = [...this.started];
+    const batch: ReleaseBatch = { completed: this.completed, failed: this.failed, started: [...this.started], progress: this.progress };
     this.completed = [];
     this.failed = [];
+    this.progress = new Map();
     this.started.clear();
     clearTimeout(this.startTimer);
     this.startTimer = undefined;
-    this.inFlightIds = [...completed, ...failed.map((f) => f.id)];
+    this.inFlightIds = [...batch.completed.map((c) => c.id), ...batch.failed.map((f) => f.id)];
     try {
-      await this.writeWithRetries(completed, failed, started);
+      await this.writeWithRetries(batch);
     } finally {
       this.inFlightIds = [];
     }
   }
 
-  private async writeWithRetries(completed: string[], failed: Failure[], started: string[]): Promise<void> {
+  private async writeWithRetries(batch: ReleaseBatch): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const busy = new Set(
-          await this.write(
-            completed,
-            failed.map((f) => f.id),
-            failed.map((f) => f.error),
-            failed.map((f) => f.delayMs),
-            started,
-          ),
-        );
-        for (const id of [...completed, ...failed.map((f) => f.id)]) if (!busy.has(id)) this.heldUpTries.delete(id);
-        if (busy.size > 0) this.holdUp(completed.filter((id) => busy.has(id)), failed.filter((f) => busy.has(f.id)));
+        const written = await this.write(batch);
+        const busy = new Set(written.busy);
+        for (const id of this.inFlightIds) if (!busy.has(id)) this.heldUpTries.delete(id);
+        if (busy.size > 0) this.holdUp(batch.completed.filter((c) => busy.has(c.id)), batch.failed.filter((f) => busy.has(f.id)));
+        if (written.cancelled.length > 0) this.onCancelled(written.cancelled);
         return;
       } catch (error) {
         this.onError(error);
@@ -162,11 +196,11 @@ export class ReleaseBatcher {
   }
 
   /** Sets aside releases someone else's row lock held up, and tries them again after a pause. */
-  private holdUp(completed: string[], failed: Failure[]): void {
+  private holdUp(completed: Completion[], failed: Failure[]): void {
     this.heldUp.completed.push(...completed);
     this.heldUp.failed.push(...failed);
     let tries = Infinity;
-    for (const id of [...completed, ...failed.map((f) => f.id)]) {
+    for (const id of [...completed.map((c) => c.id), ...failed.map((f) => f.id)]) {
       const n = (this.heldUpTries.get(id) ?? 0) + 1;
       this.heldUpTries.set(id, n);
       tries = Math.min(tries, n);

@@ -11,6 +11,7 @@ export async function runJob(
   job: Job,
   signal: AbortSignal,
   addJob: JobContext['addJob'],
+  progress: JobContext['progress'],
 ): Promise<JobOutcome> {
   const ctx: JobContext = {
     job: {
@@ -27,6 +28,7 @@ export async function runJob(
     logger: new Logger(`${job.taskIdentifier}#${job.id}`),
     signal,
     addJob,
+    progress,
   };
   try {
     return { ok: true, result: await task.handler(job.payload, ctx) };

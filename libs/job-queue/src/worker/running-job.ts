@@ -7,6 +7,9 @@ import { JobQueueError } from '../errors';
  */
 export const STUCK_AFTER_MS = 1_000;
 
+/** Progress is written at most this often per job (the last value is always written). */
+export const PROGRESS_WRITE_EVERY_MS = 1_000;
+
 /** One job whose handler this worker has started. */
 export class RunningJob {
   readonly abort = new AbortController();
@@ -18,6 +21,12 @@ export class RunningJob {
   lost = false;
   /** Still running after the shutdown's abort: kept locked, not given back, until it settles. */
   kept = false;
+  /** Set when its cancel was heard: the job ends cancelled whatever the handler does. */
+  cancelled?: JobQueueError;
+  /** Progress reported but not handed to the batcher yet (JSON text): it rides on the release. */
+  unwrittenProgress?: string;
+  private lastProgressWrite = -Infinity;
+  private progressTimer?: NodeJS.Timeout;
   private readonly timers: NodeJS.Timeout[] = [];
 
   constructor(readonly job: Job) {}
@@ -42,9 +51,37 @@ export class RunningJob {
     if (onStuck) this.timers.push(setTimeout(onStuck, STUCK_AFTER_MS));
   }
 
+  /** Aborts the handler because the job was cancelled: it ends cancelled, whatever the handler does. */
+  cancel(): void {
+    this.cancelled ??= new JobQueueError('JQ_JOB_CANCELLED', `job ${this.job.id} (${this.job.taskIdentifier}) was cancelled`);
+    this.stop(this.cancelled);
+  }
+
+  /**
+   * Passes progress (JSON text) to `write` at most once per PROGRESS_WRITE_EVERY_MS; a value
+   * that comes sooner waits for the end of the period, replaced by any later one, or rides
+   * on the release if the handler settles first.
+   */
+  reportProgress(json: string, write: (json: string) => void): void {
+    this.unwrittenProgress = json;
+    if (this.progressTimer) return;
+    const wait = this.lastProgressWrite + PROGRESS_WRITE_EVERY_MS - performance.now();
+    const flush = () => {
+      this.progressTimer = undefined;
+      if (this.unwrittenProgress === undefined) return;
+      write(this.unwrittenProgress);
+      this.unwrittenProgress = undefined;
+      this.lastProgressWrite = performance.now();
+    };
+    if (wait <= 0) flush();
+    else this.progressTimer = setTimeout(flush, wait);
+  }
+
   /** Once the handler settled: no timer may fire for it any more. */
   settled(): void {
     for (const timer of this.timers) clearTimeout(timer);
+    clearTimeout(this.progressTimer);
+    this.progressTimer = undefined;
   }
 
   get durationMs(): number {

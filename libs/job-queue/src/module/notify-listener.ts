@@ -1,19 +1,19 @@
 import type { Pool, PoolClient } from 'pg';
 import { quoteIdentifier } from '../sql/identifier';
-import { backoffMs } from './backoff';
+import { backoffMs } from '../backoff';
 
-/**
- * Holds one pool connection that LISTENs on the jobs channel and calls `onNotify` for
- * each notification. If the connection dies it reconnects with backoff; polling covers
- * the gap, and `onNotify` is called once after each (re)connect to catch up.
- *
- * The same connection carries the worker's heartbeats and the maintenance leader's
- * statements (`client`): pinned to the worker, it is never taken by handlers that fill the
- * shared pool, so a busy pool cannot starve them.
- */
 /** The application_name of a worker's pinned connection, as pg_stat_activity shows it: with the process id. */
 export const PINNED_APPLICATION_NAME = `nestjs-job-queue worker ${process.pid}`;
 
+/**
+ * Holds one pool connection that LISTENs on `channels` and calls `onNotify` for each
+ * notification. If the connection dies it reconnects with backoff, and `onNotify` is called
+ * once after each (re)connect with no channel, to catch up on what it may have missed.
+ *
+ * A worker's listener carries its heartbeats and the maintenance leader's statements too
+ * (`connection`): pinned to the worker, it is never taken by handlers that fill the shared
+ * pool, so a busy pool cannot starve them. waitForJob() has a listener of its own.
+ */
 export class NotifyListener {
   private client?: PoolClient;
   private failures = 0;
@@ -22,9 +22,12 @@ export class NotifyListener {
 
   constructor(
     private readonly pool: Pool,
-    private readonly channel: string,
-    private readonly onNotify: () => void,
+    private readonly channels: string[],
+    /** `channel` undefined: (re)connected, anything may have been missed. */
+    private readonly onNotify: (channel?: string, payload?: string) => void,
     private readonly onError: (error: unknown) => void,
+    /** As pg_stat_activity shows the connection. */
+    private readonly applicationName = PINNED_APPLICATION_NAME,
   ) {}
 
   async start(): Promise<void> {
@@ -42,11 +45,11 @@ export class NotifyListener {
     let client: PoolClient | undefined;
     try {
       client = await this.pool.connect();
-      client.on('notification', this.onNotify);
+      client.on('notification', (message) => this.onNotify(message.channel, message.payload));
       client.on('error', (error) => this.lost(client!, error));
       // Named, so that operators (and tests) can tell it in pg_stat_activity; reset on release.
-      await client.query(`set application_name = '${PINNED_APPLICATION_NAME}'`);
-      await client.query(`listen ${quoteIdentifier(this.channel)}`);
+      await client.query(`set application_name = '${this.applicationName.replace(/'/g, "''")}'`);
+      for (const channel of this.channels) await client.query(`listen ${quoteIdentifier(channel)}`);
       if (this.stopped) {
         client.release(true);
         return;

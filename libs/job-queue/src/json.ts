@@ -1,0 +1,52 @@
+import { JobQueueError, type JobQueueErrorCode } from './errors';
+
+/** The default of the `maxJsonBytes` option: the largest payload or result, as JSON text. */
+export const DEFAULT_MAX_JSON_BYTES = 1_048_576;
+
+/**
+ * A value as the JSON text a jsonb column stores, refusing what JSON cannot carry (circular
+ * structures, BigInt, a function), what jsonb refuses (the character U+0000), and text over
+ * `maxBytes` bytes: `notJson` or `tooLarge` errors, naming `what`. `undefined` is `ifUndefined`.
+ */
+export function toJsonText(
+  value: unknown,
+  what: string,
+  maxBytes: number,
+  codes: { notJson: JobQueueErrorCode; tooLarge: JobQueueErrorCode },
+  ifUndefined: string,
+): string {
+  if (value === undefined) return ifUndefined;
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch (error) {
+    throw new JobQueueError(codes.notJson, `${what} cannot be serialised to JSON: ${(error as Error).message}`);
+  }
+  if (json === undefined) throw new JobQueueError(codes.notJson, `${what} cannot be serialised to JSON (got a ${typeof value})`);
+  // JSON.stringify writes U+0000 as the escape \u0000, which jsonb rejects (preceded by an even number of backslashes).
+  if (/(?:^|[^\\])(?:\\\\)*\\u0000/.test(json)) {
+    throw new JobQueueError(codes.notJson, `${what} contains the character U+0000, which PostgreSQL's jsonb cannot store`);
+  }
+  // Over the limit in characters means over it in bytes too; only text near it needs counting.
+  if (json.length > maxBytes / 3 && Buffer.byteLength(json) > maxBytes) {
+    throw new JobQueueError(codes.tooLarge, `${what} is ${Buffer.byteLength(json)} bytes of JSON, over the limit of ${maxBytes}`);
+  }
+  return json;
+}
+
+/** The most a progress object may take, as JSON text. */
+export const MAX_PROGRESS_BYTES = 4_096;
+
+/** Checks what a handler passes to ctx.progress(): a number from 0 to 100, or a small plain object. Returns its JSON text. */
+export function progressToJson(value: unknown): string {
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value) || value < 0 || value > 100) {
+      throw new JobQueueError('JQ_INVALID_PROGRESS', `progress must be a number from 0 to 100 or a JSON object, got ${value}`);
+    }
+    return JSON.stringify(value);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new JobQueueError('JQ_INVALID_PROGRESS', `progress must be a number from 0 to 100 or a JSON object, got ${Array.isArray(value) ? 'an array' : String(value)}`);
+  }
+  return toJsonText(value, 'progress', MAX_PROGRESS_BYTES, { notJson: 'JQ_INVALID_PROGRESS', tooLarge: 'JQ_INVALID_PROGRESS' }, 'null');
+}

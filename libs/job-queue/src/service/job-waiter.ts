@@ -1,0 +1,147 @@
+import { Injectable, type BeforeApplicationShutdown } from '@nestjs/common';
+import { JobQueueError, type JobQueueErrorCode } from '../errors';
+import { JobQueueDatabase } from '../module/job-queue-database';
+import { NotifyListener } from '../module/notify-listener';
+import { toJob, type Job, type JobRow } from './job';
+
+/** A waitForJob() that ended without a result: JQ_JOB_FAILED or JQ_JOB_CANCELLED, with the job as it ended. */
+export class JobEndedError extends JobQueueError {
+  constructor(
+    code: Extract<JobQueueErrorCode, 'JQ_JOB_FAILED' | 'JQ_JOB_CANCELLED'>,
+    detail: string,
+    readonly job: Job,
+  ) {
+    super(code, detail);
+  }
+}
+
+interface Waiter {
+  resolve: (job: Job) => void;
+  reject: (error: Error) => void;
+  timer?: NodeJS.Timeout;
+}
+
+/** After a read failed, how long until the waited jobs are read again. */
+const RETRY_READ_MS = 1_000;
+
+/**
+ * waitForJob(): one LISTEN connection per process, on the channel that releases tell the ids
+ * of the jobs they finished (one NOTIFY per release batch). A waiter is registered and the
+ * connection listening before its job is read, so an end between the two is not missed; after
+ * that, a job is read again only when a notification names it (or, after a reconnect, when
+ * anything may have been missed): a thousand waiters cost no polling. Works in a producer-only
+ * app (`worker: false`): the connection is opened at the first wait.
+ */
+@Injectable()
+export class JobWaiter implements BeforeApplicationShutdown {
+  private readonly waiters = new Map<string, Set<Waiter>>();
+  private listener?: NotifyListener;
+  private listening?: Promise<void>;
+  private retryTimer?: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly db: JobQueueDatabase) {}
+
+  /** Resolves with the job once completed; rejects once it failed for good or was cancelled, or after `timeoutMs`. */
+  async wait(id: string, timeoutMs?: number): Promise<Job> {
+    if (this.closed) throw new JobQueueError('JQ_WAIT_TIMEOUT', `job ${id}: the app is shutting down`);
+    await this.listen();
+    return new Promise<Job>((resolve, reject) => {
+      const waiter: Waiter = { resolve, reject };
+      if (timeoutMs !== undefined) {
+        waiter.timer = setTimeout(() => {
+          this.remove(id, waiter);
+          reject(new JobQueueError('JQ_WAIT_TIMEOUT', `job ${id} did not finish within ${timeoutMs} ms`));
+        }, timeoutMs);
+      }
+      const forId = this.waiters.get(id) ?? new Set<Waiter>();
+      forId.add(waiter);
+      this.waiters.set(id, forId);
+      void this.check([id]);
+    });
+  }
+
+  /** How many jobs are being waited for (for tests and health checks). */
+  get waitedJobs(): number {
+    return this.waiters.size;
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    for (const [id, forId] of this.waiters) {
+      for (const waiter of forId) {
+        clearTimeout(waiter.timer);
+        waiter.reject(new JobQueueError('JQ_WAIT_TIMEOUT', `job ${id}: the app shut down while waiting for it`));
+      }
+    }
+    this.waiters.clear();
+    await this.listening?.catch(() => undefined);
+    await this.listener?.stop();
+  }
+
+  private listen(): Promise<void> {
+    this.listening ??= (async () => {
+      this.listener = new NotifyListener(
+        this.db.pool,
+        [this.db.sql.finishedChannel],
+        (channel, payload) => this.heard(channel, payload),
+        () => undefined, // it reconnects by itself, and reads every waited job again when it has
+        `nestjs-job-queue waiter ${process.pid}`,
+      );
+      await this.listener.start();
+    })();
+    return this.listening;
+  }
+
+  /** A release named finished ids ('*': too many to name); no channel: (re)connected. */
+  private heard(channel: string | undefined, payload: string | undefined): void {
+    if (this.waiters.size === 0) return;
+    if (channel === undefined || payload === '*' || !payload) {
+      void this.check([...this.waiters.keys()]);
+      return;
+    }
+    const waited = payload.split(',').filter((id) => this.waiters.has(id));
+    if (waited.length > 0) void this.check(waited);
+  }
+
+  /** Reads the jobs in one statement and settles the waiters of those that finished. */
+  private async check(ids: string[]): Promise<void> {
+    let rows: JobRow[];
+    try {
+      rows = await this.db.run<JobRow>('getJobs', [ids]);
+    } catch {
+      this.retryTimer ??= setTimeout(() => {
+        this.retryTimer = undefined;
+        void this.check([...this.waiters.keys()]);
+      }, RETRY_READ_MS);
+      return;
+    }
+    const found = new Map<string, Job>();
+    for (const row of rows) {
+      const job = toJob(row);
+      // Caught moving between the tables: the finished row tells the end.
+      if (!found.has(job.id) || job.finishedAt) found.set(job.id, job);
+    }
+    for (const id of ids) {
+      const job = found.get(id);
+      if (job && !job.finishedAt && !['failed', 'cancelled'].includes(job.state)) continue; // still unfinished
+      const forId = this.waiters.get(id);
+      if (!forId) continue;
+      this.waiters.delete(id);
+      for (const waiter of forId) {
+        clearTimeout(waiter.timer);
+        if (!job) waiter.reject(new JobQueueError('JQ_JOB_NOT_FOUND', `job ${id} does not exist (or it finished and its retention is over: retention.completed 0 keeps no completed job)`));
+        else if (job.state === 'completed') waiter.resolve(job);
+        else if (job.state === 'cancelled') waiter.reject(new JobEndedError('JQ_JOB_CANCELLED', `job ${id} was cancelled: ${job.lastError ?? ''}`, job));
+        else waiter.reject(new JobEndedError('JQ_JOB_FAILED', `job ${id} failed for good after ${job.attempts} attempt(s): ${job.lastError ?? ''}`, job));
+      }
+    }
+  }
+
+  private remove(id: string, waiter: Waiter): void {
+    const forId = this.waiters.get(id);
+    forId?.delete(waiter);
+    if (forId?.size === 0) this.waiters.delete(id);
+  }
+}

@@ -1,0 +1,155 @@
+/**
+ * The statements that read jobs in either table and move them between states on request:
+ * getJob, listJobs, countJobs, cancelJob, retryJobs. Unfinished jobs live in `jobs`; a job
+ * that completes, fails for good or is cancelled moves to `finished_jobs` (migration
+ * JobLifecycle1763900000000). Reads put both tables in one shape, `state` included.
+ * `s` is the quoted schema.
+ */
+
+export const JOB_STATES = ['waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'] as const;
+export type JobState = (typeof JOB_STATES)[number];
+export const ACTIVE_STATES = ['waiting', 'scheduled', 'running', 'retrying'] as const;
+export const FINISHED_STATES = ['completed', 'failed', 'cancelled'] as const;
+
+/**
+ * The state of a row of `jobs`. The last two are rows that are done but not moved yet: a
+ * cancel that a worker's give-back or a rescue let go of, or a failure written by a worker
+ * of the previous version; the maintenance leader moves them to finished_jobs.
+ */
+export const activeState = (j: string) => `case
+    when ${j}.locked_at is not null and ${j}.started_at is not null then 'running'
+    when ${j}.locked_at is not null then 'waiting'
+    when ${j}.cancel_requested_at is not null then 'cancelled'
+    when ${j}.attempts >= ${j}.max_attempts then 'failed'
+    when ${j}.attempts > 0 then 'retrying'
+    when ${j}.run_at > now() then 'scheduled'
+    else 'waiting'
+  end`;
+
+/** Each state of `jobs` as a condition the planner can use (locked jobs through jobs_locked_by_idx). */
+const ACTIVE_CONDITION: Record<JobState, string> = {
+  running: `j.locked_by is not null and j.started_at is not null`,
+  waiting: `((j.locked_by is not null and j.started_at is null)
+    or (j.locked_at is null and j.cancel_requested_at is null and j.attempts = 0 and j.run_at <= now()))`,
+  scheduled: `j.locked_at is null and j.cancel_requested_at is null and j.attempts = 0 and j.run_at > now()`,
+  retrying: `j.locked_at is null and j.cancel_requested_at is null and j.attempts > 0 and j.attempts < j.max_attempts`,
+  failed: `j.locked_at is null and j.cancel_requested_at is null and j.attempts >= j.max_attempts`,
+  cancelled: `j.locked_at is null and j.cancel_requested_at is not null`,
+  completed: 'false',
+};
+
+/** A row of `jobs` as a job read: the columns of JobRow. */
+const activeColumns = (j: string) => `
+  ${j}.id, ${j}.task_identifier, ${j}.queue_name, ${j}.payload, ${j}.priority, ${j}.run_at, ${j}.attempts, ${j}.max_attempts,
+  ${j}.last_error, ${j}.key, ${j}.revision, ${j}.flags, ${j}.locked_at, ${j}.locked_by, ${j}.created_at, ${j}.updated_at,
+  ${j}.started_at, ${j}.first_run_at, ${j}.progress, ${j}.errors, ${j}.cancel_requested_at,
+  ${activeState(j)} as state, null::jsonb as result, null::timestamptz as finished_at, ${j}.locked_by as worker_id,
+  null::text as finished_at_key`;
+
+/** A row of `finished_jobs` in the same shape. */
+const finishedColumns = (f: string) => `
+  ${f}.id, ${f}.task_identifier, ${f}.queue_name, ${f}.payload, ${f}.priority, ${f}.run_at, ${f}.attempts, ${f}.max_attempts,
+  ${f}.last_error, ${f}.key, 0 as revision, ${f}.flags, null::timestamptz as locked_at, null::text as locked_by, ${f}.created_at,
+  ${f}.finished_at as updated_at, ${f}.started_at, null::timestamptz as first_run_at, ${f}.progress, ${f}.errors,
+  null::timestamptz as cancel_requested_at, ${f}.state, ${f}.result, ${f}.finished_at, ${f}.worker_id,
+  ${f}.finished_at::text as finished_at_key`;
+
+const MAX_BIGINT = '9223372036854775807';
+
+export function createLifecycleQueries(s: string) {
+  /** $1 task or null, $2 queue or null, $3 cursor id or null, $4 limit. Newest first. */
+  const listActive = (state: JobState | null) => `
+    select ${activeColumns('j')} from ${s}.jobs j
+    where ${state ? ACTIVE_CONDITION[state] : 'true'}
+      and ($1::text is null or j.task_identifier = $1) and ($2::text is null or j.queue_name = $2)
+      and j.id < coalesce($3::bigint, ${MAX_BIGINT})
+    order by j.id desc
+    limit $4`;
+
+  /**
+   * $1 task or null, $2 queue or null, $3 cursor finished_at or null, $4 cursor id, $5 limit.
+   * Last finished first, walking finished_jobs_state_idx backwards (one walk per state).
+   */
+  const listFinished = (states: readonly JobState[]) => {
+    const walk = (state: JobState) => `
+      (select ${finishedColumns('f')} from ${s}.finished_jobs f
+       where f.state = '${state}'
+         and (f.finished_at, f.id) < (coalesce($3::timestamptz, 'infinity'), coalesce($4::bigint, ${MAX_BIGINT}))
+         and ($1::text is null or f.task_identifier = $1) and ($2::text is null or f.queue_name = $2)
+       order by f.finished_at desc, f.id desc
+       limit $5)`;
+    return `select * from (${states.map(walk).join(' union all ')}) finished order by finished_at desc, id desc limit $5`;
+  };
+
+  return {
+    /** $1 id: the job in whichever table holds it. */
+    getJob: `
+      select ${activeColumns('j')} from ${s}.jobs j where j.id = $1::bigint
+      union all
+      select ${finishedColumns('f')} from ${s}.finished_jobs f where f.id = $1::bigint
+      limit 1`,
+
+    /** $1 ids: the jobs in whichever table holds them (a job moving between the two meanwhile may come twice). */
+    getJobs: `
+      select ${activeColumns('j')} from ${s}.jobs j where j.id = any($1::bigint[])
+      union all
+      select ${finishedColumns('f')} from ${s}.finished_jobs f where f.id = any($1::bigint[])`,
+
+    listJobsActive: listActive(null),
+    listJobsWaiting: listActive('waiting'),
+    listJobsScheduled: listActive('scheduled'),
+    listJobsRunning: listActive('running'),
+    listJobsRetrying: listActive('retrying'),
+    listJobsFinished: listFinished(FINISHED_STATES),
+    listJobsCompleted: listFinished(['completed']),
+    listJobsFailed: listFinished(['failed']),
+    listJobsCancelled: listFinished(['cancelled']),
+
+    /**
+     * Counts of unfinished jobs by state, task and queue (a scan of `jobs`: its size is the
+     * backlog), and of finished ones from the counts the triggers keep (a few rows per task).
+     */
+    countJobs: `
+      select state, task_identifier, queue_name, count(*)::bigint::text as count
+      from (select ${activeState('j')} as state, j.task_identifier, j.queue_name from ${s}.jobs j) active
+      group by 1, 2, 3
+      union all
+      select state, task_identifier, nullif(queue_name, ''), sum(count)::bigint::text
+      from ${s}.finished_counts
+      group by 1, 2, 3
+      having sum(count) <> 0`,
+
+    /** $1 id, $2 reason: see cancel_job() in the migration. */
+    cancelJob: `select outcome, state from ${s}.cancel_job($1::bigint, $2::text)`,
+
+    /** $1 ids: see retry_jobs() in the migration. */
+    retryJobs: `select id::text from ${s}.retry_jobs($1::bigint[])`,
+
+    /** $1 worker: the jobs it holds whose cancel was requested (the heartbeat's catch-up for a lost notification). */
+    cancelledJobsOf: `select id::text from ${s}.jobs where locked_by = $1 and cancel_requested_at is not null`,
+  };
+}
+
+/** The listing statement for a state; null: every unfinished job (then every finished one). */
+export function listStatements(state: JobState | null): { active?: ListStatement; finished?: ListStatement } {
+  switch (state) {
+    case null:
+      return { active: 'listJobsActive', finished: 'listJobsFinished' };
+    case 'waiting':
+      return { active: 'listJobsWaiting' };
+    case 'scheduled':
+      return { active: 'listJobsScheduled' };
+    case 'running':
+      return { active: 'listJobsRunning' };
+    case 'retrying':
+      return { active: 'listJobsRetrying' };
+    case 'completed':
+      return { finished: 'listJobsCompleted' };
+    case 'failed':
+      return { finished: 'listJobsFailed' };
+    case 'cancelled':
+      return { finished: 'listJobsCancelled' };
+  }
+}
+
+export type ListStatement = Extract<keyof ReturnType<typeof createLifecycleQueries>, `listJobs${string}`>;

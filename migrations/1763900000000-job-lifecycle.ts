@@ -1,0 +1,309 @@
+import type { QueryRunner } from 'typeorm';
+import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from '../libs/job-queue/src/migrate/ledger';
+import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
+
+/**
+ * The job lifecycle: finished jobs are kept, with their results, for a retention period.
+ *
+ * - `finished_jobs`: a job leaves `jobs` when it completes, fails for good or is cancelled,
+ *   and is written here in the same statement (by the release batch). `jobs` keeps only
+ *   unfinished jobs, so its job-key index makes a key unique among unfinished jobs, the claim
+ *   never walks history, and the maintenance leader deletes expired history from a table no
+ *   worker claims from. One index besides the key, `(state, finished_at, id)`: retention
+ *   and the lists of finished jobs walk it.
+ * - `finished_counts`: counts of finished jobs per task, queue and state, kept by statement
+ *   triggers on `finished_jobs` (any insert or delete, ours or a user's), so that
+ *   countJobs() never counts a million rows. Rows are spread over 8 slots by backend, so
+ *   that workers finishing jobs of one task do not queue for one row.
+ * - `jobs.progress`, `jobs.errors` (one entry per failed attempt), `jobs.cancel_requested_at`
+ *   and `jobs.cancel_reason` (a cancel of a running job is recorded in its row, so that it
+ *   holds if the notification is lost).
+ * - `jobs_leftover_idx`: unfinished rows that no worker holds and that are done all the same:
+ *   out of attempts (failed by a rescue, an admin call, or a worker of the previous version),
+ *   or cancelled while a worker held them. The leader moves them to `finished_jobs`.
+ * - `cancel_job()` and `retry_jobs()` for SQL callers; `complete_jobs()` and
+ *   `permanently_fail_jobs()` now move the jobs to `finished_jobs`.
+ *
+ * By the rules in docs/maintainers.md: columns are added without defaults, indexes on `jobs`
+ * are built concurrently outside a transaction, and every step can run again.
+ */
+export function createJobLifecycleMigration(schema: string): new () => JobQueueMigration {
+  const s = quoteIdentifier(schema);
+  const finished = finishedChannel(schema).replace(/'/g, "''");
+  const cancel = cancelChannel(schema).replace(/'/g, "''");
+  const jobs = jobsChannel(schema).replace(/'/g, "''");
+  /** The columns of finished_jobs taken from a jobs row `r`, in the order of FINISHED_COLUMNS below. */
+  const fromJob = (r: string) =>
+    `${r}.id, ${r}.task_identifier, ${r}.queue_name, ${r}.payload, ${r}.priority, ${r}.run_at, ${r}.attempts, ${r}.max_attempts, ${r}.key, ${r}.flags, ${r}.progress, ${r}.errors, ${r}.locked_by, ${r}.created_at, ${r}.started_at`;
+  const FINISHED_COLUMNS = `id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags, progress, errors, worker_id, created_at, started_at, state, last_error`;
+
+  return class JobLifecycle1763900000000 implements JobQueueMigration {
+    readonly name = 'JobLifecycle1763900000000';
+    readonly outsideTransaction = true;
+
+    async up(q: QueryRunner): Promise<void> {
+      await applyOnce(q, schema, this.name, (context) => this.apply(q, context), { outsideTransaction: true });
+    }
+
+    private async apply(q: QueryRunner, context: MigrationContext): Promise<void> {
+      await q.query(`
+        alter table ${s}.jobs
+          add column if not exists progress jsonb,
+          add column if not exists errors jsonb,
+          add column if not exists cancel_requested_at timestamptz,
+          add column if not exists cancel_reason text`);
+
+      await q.query(`
+        create table if not exists ${s}.finished_jobs (
+          id bigint primary key,
+          task_identifier text not null,
+          queue_name text,
+          payload jsonb not null,
+          priority smallint not null,
+          run_at timestamptz not null,
+          attempts smallint not null,
+          max_attempts smallint not null,
+          key text,
+          flags text[] not null,
+          state text not null check (state in ('completed', 'failed', 'cancelled')),
+          result jsonb,
+          progress jsonb,
+          errors jsonb,
+          last_error text,
+          worker_id text,
+          created_at timestamptz not null,
+          started_at timestamptz,
+          finished_at timestamptz not null default now()
+        )`);
+      // A new, empty table: a plain build takes no time and blocks nobody.
+      await q.query(`create index if not exists finished_jobs_state_idx on ${s}.finished_jobs (state, finished_at, id)`);
+
+      await q.query(`
+        create table if not exists ${s}.finished_counts (
+          task_identifier text not null,
+          queue_name text not null, -- '' for none (a queue name is never empty)
+          state text not null,
+          slot smallint not null,
+          count bigint not null,
+          primary key (task_identifier, queue_name, state, slot)
+        )`);
+      // Transition tables exist only for their own event: one trigger per event, one function.
+      await q.query(`
+        create or replace function ${s}.count_finished_jobs_inserted() returns trigger
+        language plpgsql as $fn$
+        begin
+          insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
+          select n.task_identifier, coalesce(n.queue_name, ''), n.state, pg_backend_pid() % 8, count(*)
+          from new_rows n group by 1, 2, 3
+          on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
+          return null;
+        end;
+        $fn$`);
+      await q.query(`
+        create or replace function ${s}.count_finished_jobs_deleted() returns trigger
+        language plpgsql as $fn$
+        begin
+          insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
+          select o.task_identifier, coalesce(o.queue_name, ''), o.state, pg_backend_pid() % 8, -count(*)
+          from old_rows o group by 1, 2, 3
+          on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
+          return null;
+        end;
+        $fn$`);
+      await q.query(`
+        create or replace function ${s}.count_finished_jobs_updated() returns trigger
+        language plpgsql as $fn$
+        begin
+          insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
+          select d.task_identifier, d.queue_name, d.state, pg_backend_pid() % 8, sum(d.delta)
+          from (
+            select n.task_identifier, coalesce(n.queue_name, '') as queue_name, n.state, 1 as delta from new_rows n
+            union all
+            select o.task_identifier, coalesce(o.queue_name, ''), o.state, -1 from old_rows o
+          ) d
+          group by 1, 2, 3
+          having sum(d.delta) <> 0
+          on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
+          return null;
+        end;
+        $fn$`);
+      await q.query(`
+        create or replace function ${s}.count_finished_jobs_truncated() returns trigger
+        language plpgsql as $fn$
+        begin
+          delete from ${s}.finished_counts;
+          return null;
+        end;
+        $fn$`);
+      await q.query(`
+        create or replace trigger finished_jobs_counted_insert after insert on ${s}.finished_jobs
+        referencing new table as new_rows for each statement execute function ${s}.count_finished_jobs_inserted()`);
+      await q.query(`
+        create or replace trigger finished_jobs_counted_delete after delete on ${s}.finished_jobs
+        referencing old table as old_rows for each statement execute function ${s}.count_finished_jobs_deleted()`);
+      await q.query(`
+        create or replace trigger finished_jobs_counted_update after update on ${s}.finished_jobs
+        referencing old table as old_rows new table as new_rows for each statement execute function ${s}.count_finished_jobs_updated()`);
+      await q.query(`
+        create or replace trigger finished_jobs_counted_truncate after truncate on ${s}.finished_jobs
+        for each statement execute function ${s}.count_finished_jobs_truncated()`);
+
+      // Usually empty: one index entry per leftover, nothing for the rest.
+      await createIndex(
+        q,
+        context,
+        schema,
+        'jobs_leftover_idx',
+        `jobs (id) where locked_at is null and (attempts >= max_attempts or cancel_requested_at is not null)`,
+      );
+
+      await q.query(`
+        create or replace function ${s}.complete_jobs(job_ids bigint[]) returns setof ${s}.jobs
+        language sql volatile as $fn$
+          with done as (
+            delete from ${s}.jobs where id = any(complete_jobs.job_ids) and locked_at is null returning *
+          ),
+          kept as (
+            insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
+            select ${fromJob('done')}, 'completed', null from done
+          ),
+          told as (
+            select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
+            from (select string_agg(id::text, ',') as ids from done) listed where ids is not null
+          )
+          select done.* from done left join told on true
+        $fn$`);
+      await q.query(`
+        create or replace function ${s}.permanently_fail_jobs(job_ids bigint[], error_message text default null)
+        returns setof ${s}.jobs
+        language sql volatile as $fn$
+          with done as (
+            delete from ${s}.jobs where id = any(permanently_fail_jobs.job_ids) and locked_at is null returning *
+          ),
+          kept as (
+            insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
+            select ${fromJob('done')}, 'failed', coalesce(permanently_fail_jobs.error_message, 'Manually marked as failed') from done
+          ),
+          told as (
+            select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
+            from (select string_agg(id::text, ',') as ids from done) listed where ids is not null
+          )
+          select done.* from done left join told on true
+        $fn$`);
+
+      // Cancels one job. A job no worker holds is cancelled at once; one a worker holds (running
+      // or claimed) gets the cancel recorded in its row, and its worker is told: it aborts the
+      // handler and writes the job cancelled, whatever the handler does. Returns what happened:
+      // 'cancelled', 'requested', 'finished' (with the state it finished in) or 'not_found'.
+      await q.query(`
+        create or replace function ${s}.cancel_job(job_id bigint, reason text default null)
+        returns table (outcome text, state text)
+        language plpgsql volatile as $fn$
+        declare
+          v_job ${s}.jobs;
+          v_state text;
+        begin
+          select * into v_job from ${s}.jobs j where j.id = cancel_job.job_id for update;
+          if not found then
+            select f.state into v_state from ${s}.finished_jobs f where f.id = cancel_job.job_id;
+            if found then
+              return query select 'finished'::text, v_state;
+            else
+              return query select 'not_found'::text, null::text;
+            end if;
+            return;
+          end if;
+          if v_job.locked_at is null and v_job.cancel_requested_at is not null then
+            return query select 'finished'::text, 'cancelled'::text;
+            return;
+          end if;
+          if v_job.locked_at is null and v_job.attempts >= v_job.max_attempts then
+            return query select 'finished'::text, 'failed'::text;
+            return;
+          end if;
+          if v_job.locked_at is null then
+            delete from ${s}.jobs j where j.id = v_job.id;
+            insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
+            select ${fromJob('v_job')}, 'cancelled', 'JQ_JOB_CANCELLED: ' || coalesce(cancel_job.reason, 'cancelled');
+            perform pg_notify('${finished}', v_job.id::text);
+            return query select 'cancelled'::text, 'cancelled'::text;
+            return;
+          end if;
+          update ${s}.jobs j set
+            cancel_requested_at = coalesce(j.cancel_requested_at, now()),
+            cancel_reason = coalesce(j.cancel_reason, cancel_job.reason),
+            updated_at = now()
+          where j.id = v_job.id;
+          perform pg_notify('${cancel}', v_job.id::text);
+          return query select 'requested'::text, case when v_job.started_at is null then 'waiting' else 'running' end;
+        end;
+        $fn$`);
+
+      // Moves failed or cancelled jobs back to the queue, attempts reset, due now. A job whose
+      // key a newer unfinished job has taken meanwhile stays where it is (not returned).
+      await q.query(`
+        create or replace function ${s}.retry_jobs(job_ids bigint[]) returns setof ${s}.jobs
+        language plpgsql volatile as $fn$
+        declare
+          v_ids bigint[];
+        begin
+          -- Failed or cancelled rows still in jobs (not moved to finished_jobs yet): reset in place.
+          return query
+            update ${s}.jobs j set attempts = 0, run_at = now(), cancel_requested_at = null, cancel_reason = null, updated_at = now()
+            where j.id = any(retry_jobs.job_ids) and j.locked_at is null
+              and (j.attempts >= j.max_attempts or j.cancel_requested_at is not null)
+            returning j.*;
+          with back as (
+            insert into ${s}.jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, key, flags, errors, last_error, created_at)
+            overriding system value
+            select f.id, f.task_identifier, f.queue_name, f.payload, f.priority, now(), f.max_attempts, f.key, f.flags, f.errors, f.last_error, f.created_at
+            from ${s}.finished_jobs f
+            where f.id = any(retry_jobs.job_ids) and f.state in ('failed', 'cancelled')
+            for update of f
+            on conflict (key) where key is not null do nothing
+            returning id
+          )
+          select array_agg(id) into v_ids from back;
+          if v_ids is not null then
+            delete from ${s}.finished_jobs f where f.id = any(v_ids);
+            insert into ${s}.job_queues (queue_name)
+              select distinct j.queue_name from ${s}.jobs j where j.id = any(v_ids) and j.queue_name is not null
+              on conflict do nothing;
+            return query select * from ${s}.jobs j where j.id = any(v_ids);
+          end if;
+          perform pg_notify('${jobs}', '');
+        end;
+        $fn$`);
+    }
+
+    async down(q: QueryRunner): Promise<void> {
+      const context = { concurrently: !q.isTransactionActive };
+      for (const fn of ['cancel_job(bigint, text)', 'retry_jobs(bigint[])']) await q.query(`drop function if exists ${s}.${fn}`);
+      await dropIndex(q, context, schema, 'jobs_leftover_idx');
+      await q.query(`drop table if exists ${s}.finished_counts`);
+      await q.query(`drop table if exists ${s}.finished_jobs`);
+      for (const fn of ['inserted', 'deleted', 'updated', 'truncated']) await q.query(`drop function if exists ${s}.count_finished_jobs_${fn}()`);
+      await q.query(`
+        alter table ${s}.jobs drop column if exists progress, drop column if exists errors,
+          drop column if exists cancel_requested_at, drop column if exists cancel_reason`);
+      // The bodies complete_jobs and permanently_fail_jobs had before (CreateJobTables1763700000000).
+      await q.query(`
+        create or replace function ${s}.complete_jobs(job_ids bigint[]) returns setof ${s}.jobs
+        language sql volatile as $fn$
+          delete from ${s}.jobs where id = any(complete_jobs.job_ids) and locked_at is null returning *
+        $fn$`);
+      await q.query(`
+        create or replace function ${s}.permanently_fail_jobs(job_ids bigint[], error_message text default null)
+        returns setof ${s}.jobs
+        language sql volatile as $fn$
+          update ${s}.jobs set
+            last_error = coalesce(permanently_fail_jobs.error_message, 'Manually marked as failed'),
+            attempts = max_attempts,
+            updated_at = now()
+          where id = any(permanently_fail_jobs.job_ids) and locked_at is null
+          returning *
+        $fn$`);
+      await forget(q, schema, this.name);
+    }
+  };
+}
