@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { JobQueueEntities, JobQueueModule } from '../libs/job-queue/src';
 import { EmailTasks } from './email.tasks';
+import { ExportTasks } from './export.tasks';
 import { ReportTasks } from './report.tasks';
 import { User } from './user.entity';
 import { UsersController } from './users.controller';
@@ -17,9 +18,10 @@ import { UsersController } from './users.controller';
         synchronize: true, // the sample's own table; the job tables come from the job queue's migrations
       }),
     }),
-    JobQueueModule.forRoot({ concurrency: 5 }),
+    // finished jobs are kept (with results) for a day, failed and cancelled ones for a week: the defaults
+    JobQueueModule.forRoot({ concurrency: 5, retention: { completed: '1d', failed: '7d', cancelled: '7d' } }),
   ],
-  providers: [EmailTasks, ReportTasks],
+  providers: [EmailTasks, ExportTasks, ReportTasks],
   controllers: [UsersController],
 })
 export class AppModule {}

@@ -34,12 +34,14 @@ async function main() {
   worker.events$.subscribe((event) => {
     if (event.type === 'job:start') logger.log(`▶ job ${event.job.id} ${event.job.taskIdentifier} (attempt ${event.job.attempts}/${event.job.maxAttempts})`);
     if (event.type === 'job:success') logger.log(`✔ job ${event.job.id} ${event.job.taskIdentifier} in ${event.durationMs.toFixed(0)} ms`);
+    if (event.type === 'job:progress') logger.log(`… job ${event.job.id} ${event.job.taskIdentifier} at ${JSON.stringify(event.progress)}%`);
+    if (event.type === 'job:cancelled') logger.log(`✖ job ${event.jobId} cancelled: ${event.reason ?? 'no reason given'}`);
     // failures are logged by the worker itself, with the time of the retry
   });
 
   const port = Number(process.env.PORT ?? 3000);
   await app.listen(port);
-  logger.log(`Listening on http://localhost:${port} — POST /users {"email": "..."}, GET /jobs/:id`);
+  logger.log(`Listening on http://localhost:${port} — POST /users {"email": "..."}, GET /jobs?state=completed, GET /jobs/counts, GET /jobs/:id, POST /jobs/:id/cancel`);
 
   // A first tour, without curl: a user and their welcome email in one transaction, and a serial queue.
   const users = app.get(UsersController);
@@ -47,6 +49,23 @@ async function main() {
   logger.log(`Created user ${user.id} and welcome-email job ${jobId} in one transaction`);
   const invoices = await app.get(JobQueueService).addMany([1, 2, 3].map((invoice) => ({ identifier: 'charge_invoice', payload: { invoice } })));
   logger.log(`Queued invoices as jobs ${invoices.map((j) => j.id).join(', ')} in the serial queue "billing"`);
+
+  // A result, waited for: waitForJob() resolves once a worker (any replica) completes the job.
+  const jobs = app.get(JobQueueService);
+  const pdf = await jobs.add('render_invoice_pdf', { invoice: 1 });
+  void jobs.waitForJob(pdf.id, { timeout: '30s' }).then(
+    (done) => logger.log(`Job ${done.id} returned ${JSON.stringify(done.result)}`),
+    (error: unknown) => logger.warn(`Job ${pdf.id}: ${String(error)}`),
+  );
+
+  // A long job that reports progress, cancelled while it runs: its handler's signal aborts, and it ends cancelled.
+  const exportJob = await jobs.add('export_orders', { batches: 10 });
+  setTimeout(() => {
+    jobs.cancelJob(exportJob.id, 'the sample cancels it after 2 s').then(
+      (job) => logger.log(`Cancel of job ${job.id} requested while it was ${job.state}`),
+      (error: unknown) => logger.warn(`Could not cancel job ${exportJob.id}: ${String(error)}`),
+    );
+  }, 2_000);
 
   if (process.env.SAMPLE_EXIT_AFTER_MS) {
     setTimeout(() => void app.close(), Number(process.env.SAMPLE_EXIT_AFTER_MS));

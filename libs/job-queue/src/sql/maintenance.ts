@@ -36,7 +36,9 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
      * The sweep, in one statement: deletes the rows of dead workers, and releases up to $1
      * of the jobs that dead or orphaned workers hold, and their queues. A job whose handler
      * had started counts the attempt as failed, with JQ_WORKER_LOST in last_error, and is
-     * retried after the default backoff (or fails for good if that was its last attempt); a
+     * retried after the default backoff (or fails for good if that was its last attempt: the
+     * leftover step then moves it to finished_jobs); a job whose cancel was requested is left
+     * for that step too (the claim skips it); a
      * job only claimed (prefetched) goes back as it was, its attempt returned. A queue is
      * freed once none of its worker's jobs in it is left locked. Rows someone has locked
      * are skipped: the next sweep takes them, by the orphan rule. Other workers are woken.
@@ -60,6 +62,10 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
           last_error = case when l.started
             then 'JQ_WORKER_LOST: worker ' || l.worker_id || ' stopped heartbeating while it ran the job'
             else j.last_error end,
+          errors = case when l.started
+            then coalesce(j.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', j.attempts, 'code', 'JQ_WORKER_LOST',
+              'message', 'JQ_WORKER_LOST: worker ' || l.worker_id || ' stopped heartbeating while it ran the job')
+            else j.errors end,
           first_run_at = case when l.started then coalesce(j.first_run_at, j.run_at) else j.first_run_at end,
           run_at = case when l.started then now() + exp(least(10, j.attempts)) * interval '1 second' else j.run_at end,
           locked_at = null, locked_by = null, started_at = null, updated_at = now()
