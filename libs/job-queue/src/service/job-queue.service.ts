@@ -151,7 +151,7 @@ export class JobQueueService {
    */
   async waitForJob<Result = unknown>(id: string, options: { timeout?: number | string } = {}): Promise<Job<unknown, Result>> {
     const [jobId] = validateJobIds([id]);
-    const timeout = options?.timeout === undefined ? undefined : checkDuration('timeout', options.timeout, 0, 'JQ_INVALID_SPEC', 'waitForJob', MAX_WAIT_MS);
+    const timeout = options?.timeout === undefined ? undefined : checkDuration('timeout', options.timeout, 1, 'JQ_INVALID_SPEC', 'waitForJob', MAX_WAIT_MS);
     return (await this.waiter.wait(jobId, timeout)) as Job<unknown, Result>;
   }
 

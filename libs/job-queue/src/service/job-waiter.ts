@@ -46,6 +46,8 @@ export class JobWaiter implements BeforeApplicationShutdown {
   async wait(id: string, timeoutMs?: number): Promise<Job> {
     if (this.closed) throw new JobQueueError('JQ_WAIT_TIMEOUT', `job ${id}: the app is shutting down`);
     await this.listen();
+    // The app may have begun shutting down while the connection opened: nothing would settle this wait then.
+    if (this.closed) throw new JobQueueError('JQ_WAIT_TIMEOUT', `job ${id}: the app is shutting down`);
     return new Promise<Job>((resolve, reject) => {
       const waiter: Waiter = { resolve, reject };
       if (timeoutMs !== undefined) {
