@@ -3,8 +3,14 @@
  * kill or signal processes. It prints `ready <workerId>` once its worker has started.
  * Tasks: `record` (inserts the job id, the pid and the attempt into the test's `runs`
  * table: job_id, pid, attempt), `sleep` ({ ms }; prints `started sleep <id>` and
- * `finished sleep <id>`; ignores its signal, as a stuck handler does) and `nap` ({ ms };
- * like `record` once it has slept, honouring its signal); with CRON=1 also
+ * `finished sleep <id>`; ignores its signal, as a stuck handler does), `nap` ({ ms };
+ * like `record` once it has slept, honouring its signal), `await-cancel` (records `started` in
+ * the test's `handler_events` table: job_id, pid, event, code; waits for its signal, records
+ * `aborted` with the abort reason's code, and throws that reason), `ignore-cancel` (records
+ * `started`, and `aborted` with the reason's code if its signal aborts, but carries on: once
+ * the test inserts its job id into the test's `handler_go` table (job_id) it records
+ * `returned` and returns `{ ignored: true }`) and `noop` (does nothing: quick jobs, which teach
+ * the worker to prefetch); with CRON=1 also
  * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
  * the job id and the pid into the test's `ticks` table.
  * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
@@ -40,6 +46,37 @@ class ProcessTasks {
       ctx.signal.addEventListener('abort', () => (clearTimeout(timer), reject(ctx.signal.reason)));
     });
     await this.record(payload, ctx);
+  }
+
+  /** Waits for its signal, as a well-behaved long job does, and throws the abort reason. */
+  @Task('await-cancel')
+  async awaitCancel(_payload: unknown, ctx: JobContext) {
+    await this.event(ctx, 'started');
+    const reason = await new Promise<unknown>((resolve) => {
+      if (ctx.signal.aborted) resolve(ctx.signal.reason);
+      else ctx.signal.addEventListener('abort', () => resolve(ctx.signal.reason), { once: true });
+    });
+    await this.event(ctx, 'aborted', (reason as { code?: string })?.code ?? null);
+    throw reason;
+  }
+
+  /** Notes the abort but carries on until the test's go-ahead, then returns a value. */
+  @Task('ignore-cancel')
+  async ignoreCancel(_payload: unknown, ctx: JobContext) {
+    await this.event(ctx, 'started');
+    ctx.signal.addEventListener('abort', () => void this.event(ctx, 'aborted', (ctx.signal.reason as { code?: string })?.code ?? null), { once: true });
+    while ((await this.dataSource.query('select 1 from handler_go where job_id = $1', [ctx.job.id])).length === 0) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await this.event(ctx, 'returned');
+    return { ignored: true };
+  }
+
+  @Task('noop')
+  async noop() {}
+
+  private async event(ctx: JobContext, event: string, code: string | null = null) {
+    await this.dataSource.query('insert into handler_events (job_id, pid, event, code) values ($1, $2, $3, $4)', [ctx.job.id, process.pid, event, code]);
   }
 
   @Task('sleep')

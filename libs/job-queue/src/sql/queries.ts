@@ -197,7 +197,9 @@ export function createQueries(schema: string) {
       kept as (
         insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
           state, result, progress, errors, last_error, worker_id, created_at, started_at)
-        select f.id, f.task_identifier, f.queue_name, f.payload, f.priority, f.run_at, f.attempts, f.max_attempts, f.key, f.flags,
+        select f.id, f.task_identifier, f.queue_name, f.payload, f.priority, f.run_at,
+          -- a claimed job cancelled before it started gets its attempt back, as a give-back does
+          case when f.started_at is null then greatest(f.attempts - 1, 0) else f.attempts end, f.max_attempts, f.key, f.flags,
           f.state,
           case when f.state = 'completed' then f.result::jsonb end,
           coalesce((select p.value from progress p where p.id = f.id), f.progress),
