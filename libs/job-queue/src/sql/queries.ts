@@ -199,7 +199,8 @@ export function createQueries(schema: string) {
           state, result, progress, errors, last_error, worker_id, created_at, started_at)
         select f.id, f.task_identifier, f.queue_name, f.payload, f.priority, f.run_at,
           -- a claimed job cancelled before it started gets its attempt back, as a give-back does
-          case when f.started_at is null then greatest(f.attempts - 1, 0) else f.attempts end, f.max_attempts, f.key, f.flags,
+          case when f.state = 'cancelled' and f.started_at is null then greatest(f.attempts - 1, 0) else f.attempts end,
+          f.max_attempts, f.key, f.flags,
           f.state,
           case when f.state = 'completed' then f.result::jsonb end,
           coalesce((select p.value from progress p where p.id = f.id), f.progress),
@@ -210,7 +211,8 @@ export function createQueries(schema: string) {
             when 'failed' then f.message
             when 'cancelled' then 'JQ_JOB_CANCELLED: ' || coalesce(f.cancel_reason, 'cancelled')
           end,
-          $1, f.created_at, f.started_at
+          -- a prefetched job that finished before its start mark was written started about now
+          $1, f.created_at, case when f.state = 'cancelled' then f.started_at else coalesce(f.started_at, now()) end
         from finished f
         where f.state <> 'completed' or $11::boolean
       ),
@@ -220,6 +222,7 @@ export function createQueries(schema: string) {
           errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', j.attempts, 'message', o.message, 'code', o.code),
           progress = coalesce((select p.value from progress p where p.id = j.id), j.progress),
           first_run_at = coalesce(j.first_run_at, j.run_at),
+          started_at = coalesce(j.started_at, now()),
           run_at = now() + o.delay_ms * interval '1 millisecond',
           locked_at = null, locked_by = null, updated_at = now()
         from outcome o
