@@ -1,6 +1,6 @@
 /**
- * The benchmark's parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES and ROUNDS, from the command
- * line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`) or else from the environment.
+ * The benchmark's parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS and HISTORY, from the
+ * command line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`) or else from the environment.
  */
 export interface BenchConfig {
   /** Jobs per bulk add and per drain. */
@@ -11,6 +11,8 @@ export interface BenchConfig {
   concurrency: number;
   /** add() → handler start measurements per worker mode. */
   latencySamples: number;
+  /** Completed jobs put in finished_jobs before our drain with a history; 0 skips that drain. */
+  history: number;
   /** Jobs added one at a time: a tenth of `jobs`, since each is a round trip. */
   addOneJobs: number;
   /** Jobs per addMany() / addJobs() call. */
@@ -30,13 +32,14 @@ export interface BenchConfig {
 /** Bad parameters: reported without a stack trace. */
 export class UsageError extends Error {}
 
-const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS'] as const;
+const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS', 'HISTORY'] as const;
 type Parameter = (typeof PARAMETERS)[number];
 
 export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchConfig {
   const args = parseArgs(argv);
-  const read = (name: Parameter, fallback: number) => positiveInteger(name, args[name] ?? env[name], fallback);
-  // The defaults take about a minute per round on a 2-CPU VM with fsync on: three minutes or so in all.
+  const read = (name: Parameter, fallback: number, min = 1) => integer(name, args[name] ?? env[name], fallback, min);
+  // The defaults take about a minute per round on a 2-CPU VM with fsync on, plus half a minute
+  // loading the history: five minutes or so in all.
   const jobs = read('JOBS', 20_000);
   const concurrency = read('CONCURRENCY', 10);
   return {
@@ -45,6 +48,8 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     concurrency,
     // p99 of 1,000 samples is the 10th worst: steadier than the 3rd worst of 300.
     latencySamples: read('LATENCY_SAMPLES', 1000),
+    // A day of completed jobs at about 12 a second, kept by the default retention (24 h).
+    history: read('HISTORY', 1_000_000, 0),
     addOneJobs: Math.max(1, Math.ceil(jobs / 10)),
     chunkSize: 1000,
     pollInterval: 1000,
@@ -75,9 +80,11 @@ function parseArgs(argv: string[]): Partial<Record<Parameter, string>> {
   return args;
 }
 
-function positiveInteger(name: string, raw: string | undefined, fallback: number): number {
+function integer(name: string, raw: string | undefined, fallback: number, min: number): number {
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 1) throw new UsageError(`${name} must be a positive integer, got "${raw}"`);
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw new UsageError(`${name} must be ${min === 0 ? 'a non-negative' : 'a positive'} integer, got "${raw}"`);
+  }
   return value;
 }

@@ -1,9 +1,10 @@
 /**
  * `npm run bench`: this library's worker against graphile-worker and against its own SQL run
  * by plain node-pg clients, on the same PostgreSQL with fsync on (DATABASE_URL, or an embedded
- * server started durable), each on a fresh database of its own, for ROUNDS rounds in turn.
- * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS (env, or `npm run bench -- JOBS=2000`).
- * Progress goes to stderr, the report to stdout.
+ * server started durable), each on a fresh database of its own, for ROUNDS rounds in turn;
+ * and this library's drain with and without a history of completed jobs (suite.ts).
+ * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY (env, or
+ * `npm run bench -- JOBS=2000`). Progress goes to stderr, the report to stdout.
  */
 import 'reflect-metadata';
 import { readBenchConfig, UsageError, type BenchConfig } from './config';

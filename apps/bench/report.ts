@@ -17,18 +17,21 @@ export interface RoundResult {
   sqlLimit: SqlLimitResult;
 }
 
+type Kind = 'throughput' | 'latency' | 'percent';
+
 /** One line of a table: a value per round for each side. */
 interface Row {
   line: string;
   ours: number[];
   other: number[];
-  kind: 'throughput' | 'latency';
+  kind: Kind;
 }
 
 /**
- * The machine and the server, then two tables of medians over the rounds with their min–max:
- * ours against graphile-worker (ratio of medians, > 1 means nestjs-job-queue is better), and
- * ours against the same statements in plain SQL (ours as a percentage of the plain SQL).
+ * The machine and the server, then tables of medians over the rounds with their min–max:
+ * ours against graphile-worker (ratio of medians, > 1 means nestjs-job-queue is better),
+ * ours against the same statements in plain SQL (ours as a percentage of the plain SQL), and
+ * our drains with and without a history of completed jobs, with their ratios.
  */
 export function printReport(config: BenchConfig, setting: Setting, rounds: RoundResult[]): void {
   const cpu = cpus();
@@ -40,10 +43,10 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   console.log(`durability: fsync=${settings.fsync}, synchronous_commit=${settings.synchronousCommit} (read from the server)`);
   if (settings.synchronousCommit === 'off') console.log('WARNING:    synchronous_commit is off: commits do not wait for the disk, adds look faster than in production');
   console.log(
-    `settings:   JOBS=${config.jobs} CONCURRENCY=${config.concurrency} LATENCY_SAMPLES=${config.latencySamples} ROUNDS=${config.rounds}, ` +
+    `settings:   JOBS=${config.jobs} CONCURRENCY=${config.concurrency} LATENCY_SAMPLES=${config.latencySamples} ROUNDS=${config.rounds} HISTORY=${config.history}, ` +
       `pollInterval ${config.pollInterval} ms, pool ${config.poolSize} connections, graphile-worker ${setting.graphileWorkerVersion}`,
   );
-  console.log('rounds:     each round runs nestjs-job-queue, then graphile-worker (default, then batched), then plain SQL');
+  console.log('rounds:     each round runs nestjs-job-queue (then its lifecycle drains), then graphile-worker (default, then batched), then plain SQL');
   console.log(`cells:      median of ${rounds.length} round(s)${rounds.length > 1 ? ' (min–max)' : ''}`);
   console.log('');
   printTable(['line', 'nestjs-job-queue', 'graphile-worker', 'ratio'], againstGraphile(config, rounds), ratio);
@@ -59,7 +62,63 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   console.log(
     'plain SQL: the library\'s own statements on our schema from plain node-pg clients, no Nest, no TypeORM, no worker: ' +
       `add_job() one round trip at a time; ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
-      `${config.sqlBatchSize} per claim) then releaseJobs (deletes them). "ours / SQL": how close we come to that limit.`,
+      `${config.sqlBatchSize} per claim) then releaseJobs (moves them to finished_jobs as completed, as the default retention does). ` +
+      '"ours / SQL": how close we come to that limit.',
+  );
+  console.log('');
+  printLifecycle(config, rounds);
+}
+
+/**
+ * Our drain with the default retention (line 1, the drain above), with retention
+ * { completed: 0 } (line 2) and with HISTORY completed jobs kept (line 3), then the ratios
+ * the job lifecycle is held to: 1 / 2 (what keeping completed jobs costs) and 3 / 1 (what a
+ * big history costs). Unlike the tables above, a ratio is taken per round, of that round's
+ * drains (run one after the other), and then its median over the rounds.
+ */
+function printLifecycle(config: BenchConfig, rounds: RoundResult[]): void {
+  const history = config.history.toLocaleString('en-US');
+  const drains: Array<[string, number[]]> = [
+    ['1. default retention (completed jobs kept 24 h in finished_jobs)', values(rounds, (r) => r.ours.drainPerSecond.default)],
+    ['2. retention { completed: 0 } (completed jobs deleted at release)', values(rounds, (r) => r.ours.lifecycle?.withoutHistoryPerSecond)],
+  ];
+  if (config.history > 0) {
+    drains.push([`3. default retention, ${history} completed jobs already kept`, values(rounds, (r) => r.ours.lifecycle?.withHistoryPerSecond)]);
+  }
+  printGrid(
+    [`nestjs-job-queue drain, ${config.jobs} jobs, concurrency ${config.concurrency}`, 'jobs/s'],
+    drains.map(([line, samples]) => [line, cell(samples, 'throughput')]),
+  );
+  console.log('');
+
+  const ratios: Array<[string, number[], string]> = [
+    [
+      '1 / 2: completed jobs kept, against deleted at release',
+      perRound(rounds, (r) => r.ours.drainPerSecond.default, (r) => r.ours.lifecycle?.withoutHistoryPerSecond),
+      '>= 80 %',
+    ],
+  ];
+  if (config.history > 0) {
+    ratios.push([
+      `3 / 1: ${history} completed jobs kept, against none yet`,
+      perRound(rounds, (r) => r.ours.lifecycle?.withHistoryPerSecond, (r) => r.ours.drainPerSecond.default),
+      '~100 %',
+    ]);
+  }
+  printGrid(
+    ['job lifecycle: drain against drain', 'ratio', 'gate'],
+    ratios.map(([line, samples, gate]) => [line, cell(samples, 'percent'), gate]),
+  );
+  console.log('');
+  console.log(
+    'lifecycle drains: 1 is the drain of the tables above, on an empty finished_jobs. 2 runs in a second app on the same database ' +
+      'with retention { completed: 0 }: the release deletes completed jobs, as before the job lifecycle. ' +
+      (config.history > 0
+        ? `3 runs after ${history} completed jobs, finished over the last day, were put in finished_jobs in one statement ` +
+          '(then VACUUM ANALYZE, and a CHECKPOINT where allowed), with the default retention again. '
+        : '3 is skipped (HISTORY=0). ') +
+      '2 and 3 each drain JOBS jobs added just before to a vacuumed jobs table. ' +
+      `Ratios: per round, of that round's drains; ${rounds.length > 1 ? 'median (min–max) of the rounds' : 'one round'}.`,
   );
 }
 
@@ -119,8 +178,23 @@ function values(rounds: RoundResult[], pick: (round: RoundResult) => number | un
   return rounds.map(pick).filter((value): value is number => value !== undefined);
 }
 
+/** 100 × a / b of each round that has both, in percent. */
+function perRound(rounds: RoundResult[], a: (round: RoundResult) => number | undefined, b: (round: RoundResult) => number | undefined): number[] {
+  return values(rounds, (r) => {
+    const [x, y] = [a(r), b(r)];
+    return x === undefined || y === undefined ? undefined : (100 * x) / y;
+  });
+}
+
 function printTable(header: string[], rows: Row[], compare: (row: Row) => string): void {
-  const cells = rows.map((row) => [row.line, cell(row.ours, row.kind), cell(row.other, row.kind), compare(row)]);
+  printGrid(
+    header,
+    rows.map((row) => [row.line, cell(row.ours, row.kind), cell(row.other, row.kind), compare(row)]),
+  );
+}
+
+/** The first column left-aligned, the others right-aligned. */
+function printGrid(header: string[], cells: string[][]): void {
   const widths = header.map((title, i) => Math.max(title.length, ...cells.map((c) => c[i].length)));
   const line = (values: string[]) => values.map((v, i) => (i === 0 ? v.padEnd(widths[i]) : v.padStart(widths[i]))).join(' | ');
   console.log(line(header));
@@ -129,9 +203,10 @@ function printTable(header: string[], rows: Row[], compare: (row: Row) => string
 }
 
 /** The median, and the min–max when there was more than one round. */
-function cell(samples: number[], kind: Row['kind']): string {
+function cell(samples: number[], kind: Kind): string {
   if (samples.length === 0) return '-';
-  const median = format(medianOf(samples), kind);
+  const unit = kind === 'percent' ? ' %' : '';
+  const median = format(medianOf(samples), kind) + unit;
   if (samples.length === 1) return median;
   return `${median} (${format(Math.min(...samples), kind)}–${format(Math.max(...samples), kind)})`;
 }
@@ -142,8 +217,8 @@ function medianOf(samples: number[]): number {
   return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
-function format(value: number, kind: Row['kind']): string {
-  if (kind === 'throughput') return Math.round(value).toLocaleString('en-US');
+function format(value: number, kind: Kind): string {
+  if (kind === 'throughput' || kind === 'percent') return Math.round(value).toLocaleString('en-US');
   return value.toFixed(value < 10 ? 2 : 1);
 }
 

@@ -14,7 +14,7 @@ const sql = createQueries(SCHEMA);
 export interface SqlLimitResult {
   /** add_job() one round trip at a time (the statement add() runs). */
   addOnePerSecond: number;
-  /** `sqlClients` loops of claim a batch (claimJobs) then complete it (releaseJobs, which deletes). */
+  /** `sqlClients` loops of claim a batch (claimJobs) then complete it (releaseJobs, keeping them in finished_jobs). */
   drainPerSecond: number;
 }
 
@@ -58,11 +58,12 @@ async function measureRawAdd(client: Client, count: number): Promise<number> {
 }
 
 /**
- * From the first claim until every job is deleted, each client looping on its own: claim up
+ * From the first claim until every job is completed, each client looping on its own: claim up
  * to `sqlBatchSize` jobs (FOR UPDATE SKIP LOCKED), then complete them with the release
- * batcher's statement. A client stops when its claim finds nothing left: jobs/s. (Our drain
- * stops its clock when the last handler starts, before the last release is written: if
- * anything, the comparison flatters us by one flush.)
+ * batcher's statement, keep-completed on ($11) as with the default retention: each job moves
+ * to finished_jobs as completed, as in our default drain. A client stops when its claim finds
+ * nothing left: jobs/s. (Our drain stops its clock when the last handler starts, before the
+ * last release is written: if anything, the comparison flatters us by one flush.)
  */
 async function measureClaimCompleteLoops(clients: Client[], config: BenchConfig): Promise<number> {
   const started = performance.now();
@@ -83,7 +84,9 @@ async function claimCompleteLoop(client: Client, workerId: string, batchSize: nu
     // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
     let ids = claimed.rows.map((row) => row.id);
     while (ids.length > 0) {
-      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values: [workerId, ids, ids.map(() => null), [], [], [], [], [], [], [], true] });
+      // the last value is keep-completed ($11): true, as a worker with the default retention passes
+      const values = [workerId, ids, ids.map(() => null), [], [], [], [], [], [], [], true];
+      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values });
       const { released: count, busy } = released.rows[0];
       if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
       done += count;

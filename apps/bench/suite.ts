@@ -16,6 +16,17 @@ export interface QueueUnderTest {
   countJobs(): Promise<number>;
   startWorker(mode: WorkerMode): Promise<{ stop(): Promise<void> }>;
   close(): Promise<void>;
+  /** nestjs-job-queue only: what the job lifecycle's drains need (runLifecycleDrains). */
+  readonly lifecycle?: LifecycleHooks;
+}
+
+export interface LifecycleHooks {
+  /** The same queue on the same database in a second app whose retention.completed is 0 (completed jobs deleted at release); the caller closes it. */
+  openWithoutHistory(): Promise<QueueUnderTest>;
+  /** Puts `rows` completed jobs in finished_jobs, in one statement, and vacuums and analyzes it. */
+  addHistory(rows: number): Promise<void>;
+  /** VACUUM of the jobs table: the dead rows an earlier drain left are gone. */
+  vacuumJobs(): Promise<void>;
 }
 
 export interface Latency {
@@ -28,6 +39,15 @@ export interface SuiteResult {
   addManyPerSecond: number;
   drainPerSecond: Partial<Record<WorkerMode, number>>;
   latencyMs: Partial<Record<WorkerMode, Latency>>;
+  /** nestjs-job-queue only: the drains beside drainPerSecond.default, which has the default retention. */
+  lifecycle?: LifecycleResult;
+}
+
+export interface LifecycleResult {
+  /** Drain with retention { completed: 0 }: completed jobs deleted at release, no history written (jobs/s). */
+  withoutHistoryPerSecond: number;
+  /** Drain with the default retention, `history` completed jobs already in finished_jobs (jobs/s); absent with HISTORY=0. */
+  withHistoryPerSecond?: number;
 }
 
 export type Progress = (message: string) => void;
@@ -35,7 +55,7 @@ export type Progress = (message: string) => void;
 /**
  * Every line for one system, in an order that reuses work: the bulk add queues the jobs
  * the first drain runs, and the worker left idle by a drain is the one whose latency is
- * measured.
+ * measured. Then, for nestjs-job-queue, the job lifecycle's drains.
  */
 export async function runSuite(queue: QueueUnderTest, modes: WorkerMode[], config: BenchConfig, progress: Progress): Promise<SuiteResult> {
   const result: SuiteResult = { addOnePerSecond: 0, addManyPerSecond: 0, drainPerSecond: {}, latencyMs: {} };
@@ -61,7 +81,50 @@ export async function runSuite(queue: QueueUnderTest, modes: WorkerMode[], confi
       await worker.stop();
     }
   }
+  if (queue.lifecycle) result.lifecycle = await runLifecycleDrains(queue, queue.lifecycle, config, progress);
   return result;
+}
+
+/**
+ * The job lifecycle's cost, after the drain with the default retention (which wrote JOBS
+ * completed jobs to an empty finished_jobs): the same drain with retention.completed 0 (a
+ * second app on the same database), then, unless HISTORY=0, with the default retention again
+ * and HISTORY completed jobs already kept. Each starts as the first did: JOBS jobs just added
+ * to a jobs table whose earlier drains' dead rows are vacuumed away (the first had only the
+ * one-at-a-time adds' dead rows). No latency here: it does not depend on the history.
+ */
+async function runLifecycleDrains(queue: QueueUnderTest, hooks: LifecycleHooks, config: BenchConfig, progress: Progress): Promise<LifecycleResult> {
+  const withoutHistory = await hooks.openWithoutHistory();
+  let withoutHistoryPerSecond: number;
+  try {
+    await hooks.vacuumJobs();
+    await addInChunks(withoutHistory, config.jobs, config.chunkSize);
+    progress(`${queue.name}: drain ${config.jobs} jobs (retention { completed: 0 })`);
+    withoutHistoryPerSecond = await drainAndStop(withoutHistory, config.jobs);
+  } finally {
+    await withoutHistory.close();
+  }
+  if (config.history === 0) return { withoutHistoryPerSecond };
+
+  progress(`${queue.name}: ${config.history} completed jobs into finished_jobs, then VACUUM ANALYZE and CHECKPOINT`);
+  const loading = performance.now();
+  await hooks.addHistory(config.history);
+  progress(`${queue.name}: history loaded in ${((performance.now() - loading) / 1000).toFixed(1)} s`);
+  await hooks.vacuumJobs();
+  await addInChunks(queue, config.jobs, config.chunkSize);
+  progress(`${queue.name}: drain ${config.jobs} jobs (default retention, ${config.history} completed jobs kept)`);
+  return { withoutHistoryPerSecond, withHistoryPerSecond: await drainAndStop(queue, config.jobs) };
+}
+
+/** A drain whose worker is stopped once every completion is written: jobs/s. */
+async function drainAndStop(queue: QueueUnderTest, count: number): Promise<number> {
+  const { perSecond, worker } = await measureDrain(queue, 'default', count);
+  try {
+    await waitUntilNoJobs(queue);
+  } finally {
+    await worker.stop();
+  }
+  return perSecond;
 }
 
 /** Awaited single adds, each its own round trip: jobs/s. */

@@ -3,12 +3,13 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import { JobQueueEntities, JobQueueModule, JobQueueService, JobQueueWorker, Task } from '../../libs/job-queue/src';
+import { JobQueueEntities, JobQueueModule, JobQueueService, JobQueueWorker, Task, type RetentionOptions } from '../../libs/job-queue/src';
 import type { BenchConfig } from './config';
 import { HandlerProbe } from './handler-probe';
 import type { QueueUnderTest } from './suite';
 
 const TASK = 'bench_noop';
+const SCHEMA = 'job_queue';
 
 @Injectable()
 class BenchTasks {
@@ -20,15 +21,32 @@ class BenchTasks {
   }
 }
 
-/** This library, the way a user sets it up: a Nest application context with TypeORM and JobQueueModule. */
+/**
+ * This library, the way a user sets it up: a Nest application context with TypeORM and
+ * JobQueueModule, with the default retention (completed jobs kept 24 h in finished_jobs).
+ */
 export async function openNestJobQueue(url: string, config: BenchConfig): Promise<QueueUnderTest> {
+  const queue = await openApp(url, config);
+  return {
+    ...queue,
+    lifecycle: {
+      openWithoutHistory: () => openApp(url, config, { completed: 0 }),
+      addHistory: (rows) => addHistory(queue.dataSource, rows),
+      vacuumJobs: async () => {
+        await queue.dataSource.query(`vacuum ${SCHEMA}.jobs`);
+      },
+    },
+  };
+}
+
+async function openApp(url: string, config: BenchConfig, retention?: RetentionOptions): Promise<QueueUnderTest & { dataSource: DataSource }> {
   const probe = new HandlerProbe();
 
   @Module({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url, entities: JobQueueEntities, extra: { max: config.poolSize } }),
       // worker: false so that the worker does not start with the app: the drain times worker.start().
-      JobQueueModule.forRoot({ concurrency: config.concurrency, pollInterval: config.pollInterval, worker: false }),
+      JobQueueModule.forRoot({ concurrency: config.concurrency, pollInterval: config.pollInterval, worker: false, retention }),
     ],
     providers: [BenchTasks, { provide: HandlerProbe, useValue: probe }],
   })
@@ -40,19 +58,46 @@ export async function openNestJobQueue(url: string, config: BenchConfig): Promis
   const dataSource = app.get(DataSource);
 
   return {
-    name: 'nestjs-job-queue',
+    name: retention ? `nestjs-job-queue (retention ${JSON.stringify(retention)})` : 'nestjs-job-queue',
     probe,
+    dataSource,
     addOne: (index) => jobs.add(TASK, { index }),
     addMany: (from, count) => jobs.addMany(Array.from({ length: count }, (_, k) => ({ identifier: TASK, payload: { index: from + k } }))),
     deleteAllJobs: async () => {
-      await dataSource.query('delete from job_queue.jobs');
+      await dataSource.query(`delete from ${SCHEMA}.jobs`);
     },
-    countJobs: async () => (await dataSource.query<Array<{ count: number }>>('select count(*)::int as count from job_queue.jobs'))[0].count,
-    // One mode only: the worker has no batching knobs.
+    countJobs: async () => (await dataSource.query<Array<{ count: number }>>(`select count(*)::int as count from ${SCHEMA}.jobs`))[0].count,
+    // One mode only: the worker has no batching knobs. Started and stopped per drain.
     startWorker: async () => {
       await worker.start();
       return { stop: () => worker.stop() };
     },
     close: () => app.close(),
   };
+}
+
+/**
+ * `rows` completed jobs in finished_jobs, in one statement: ids from the jobs' own sequence
+ * (as if added earlier), finished over the last day, oldest first, as the default retention
+ * keeps them; the statement triggers count them in finished_counts as for the worker's rows.
+ * Then what a database a day into this would have had done: VACUUM ANALYZE (autovacuum would
+ * otherwise start on the fresh rows during the drain), and a CHECKPOINT so that the load's
+ * writes are not flushed during it (superuser or pg_checkpoint only: skipped without).
+ */
+async function addHistory(dataSource: DataSource, rows: number): Promise<void> {
+  await dataSource.query(
+    `insert into ${SCHEMA}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
+       state, result, progress, errors, last_error, worker_id, created_at, started_at, finished_at)
+     select nextval(pg_get_serial_sequence('${SCHEMA}.jobs', 'id')), $1, null, jsonb_build_object('index', i), 0,
+       t.finished_at - interval '20 milliseconds', 1, 25, null, '{}',
+       'completed', null, null, null, null, 'bench-history-' || (i % 4), t.finished_at - interval '20 milliseconds',
+       t.finished_at - interval '1 millisecond', t.finished_at
+     from generate_series(1, $2::int) i
+     cross join lateral (select now() - interval '1 day' * ($2::int - i) / $2::int as finished_at) t`,
+    [TASK, rows],
+  );
+  await dataSource.query(`vacuum analyze ${SCHEMA}.finished_jobs`);
+  await dataSource.query('checkpoint').catch((error: unknown) => {
+    if ((error as { code?: string }).code !== '42501') throw error; // insufficient_privilege
+  });
 }
