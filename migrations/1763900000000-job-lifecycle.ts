@@ -95,6 +95,7 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
           insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
           select n.task_identifier, coalesce(n.queue_name, ''), n.state, pg_backend_pid() % 8, count(*)
           from new_rows n group by 1, 2, 3
+          order by 1, 2, 3 -- every statement locks count rows in one order: no deadlock between them
           on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
           return null;
         end;
@@ -106,6 +107,7 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
           insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
           select o.task_identifier, coalesce(o.queue_name, ''), o.state, pg_backend_pid() % 8, -count(*)
           from old_rows o group by 1, 2, 3
+          order by 1, 2, 3
           on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
           return null;
         end;
@@ -123,6 +125,7 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
           ) d
           group by 1, 2, 3
           having sum(d.delta) <> 0
+          order by 1, 2, 3
           on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
           return null;
         end;
@@ -189,6 +192,17 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
             from (select string_agg(id::text, ',') as ids from done) listed where ids is not null
           )
           select done.* from done left join told on true
+        $fn$`);
+
+      // Removing a job by its key also tells waiters (waitForJob), which then find it gone.
+      await q.query(`
+        create or replace function ${s}.remove_job(job_key text) returns ${s}.jobs
+        language sql volatile as $fn$
+          with removed as (
+            delete from ${s}.jobs where key = remove_job.job_key and locked_at is null returning *
+          ),
+          told as (select pg_notify('${finished}', removed.id::text) from removed)
+          select removed.* from removed left join told on true
         $fn$`);
 
       // Cancels one job. A job no worker holds is cancelled at once; one a worker holds (running
@@ -286,7 +300,12 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
       await q.query(`
         alter table ${s}.jobs drop column if exists progress, drop column if exists errors,
           drop column if exists cancel_requested_at, drop column if exists cancel_reason`);
-      // The bodies complete_jobs and permanently_fail_jobs had before (CreateJobTables1763700000000).
+      // The bodies remove_job, complete_jobs and permanently_fail_jobs had before (CreateJobTables1763700000000).
+      await q.query(`
+        create or replace function ${s}.remove_job(job_key text) returns ${s}.jobs
+        language sql volatile as $fn$
+          delete from ${s}.jobs where key = remove_job.job_key and locked_at is null returning *
+        $fn$`);
       await q.query(`
         create or replace function ${s}.complete_jobs(job_ids bigint[]) returns setof ${s}.jobs
         language sql volatile as $fn$

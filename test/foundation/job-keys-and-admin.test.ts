@@ -105,16 +105,26 @@ describe('job keys and admin functions', () => {
     await lock(d.id);
     const before = (await rows()).find((r) => r.id === d.id);
 
-    assert.deepEqual((await t.jobs.completeJobs([a.id, d.id])).map((j) => j.id), [a.id]);
+    // both return the jobs as they ended, moved to finished_jobs
+    const completed = await t.jobs.completeJobs([a.id, d.id]);
+    assert.deepEqual(completed.map((j) => [j.id, j.state, j.lastError]), [[a.id, 'completed', null]]);
     const failed = await t.jobs.permanentlyFailJobs([b.id, d.id], 'given up');
-    assert.deepEqual(failed.map((j) => [j.id, j.lastError, j.attempts]), [[b.id, 'given up', 25]]);
+    assert.deepEqual(failed.map((j) => [j.id, j.state, j.lastError, j.attempts, j.maxAttempts]), [[b.id, 'failed', 'given up', 0, 25]]);
     const runAt = new Date(Date.now() + 3_600_000);
     const rescheduled = await t.jobs.rescheduleJobs([c.id, d.id], { runAt, priority: 7, attempts: 2, maxAttempts: 9 });
     assert.deepEqual(rescheduled.map((j) => [j.id, j.priority, j.attempts, j.maxAttempts, j.runAt.getTime()]), [[c.id, 7, 2, 9, runAt.getTime()]]);
 
     const after = (await rows()).find((r) => r.id === d.id);
     assert.deepEqual(after, before, 'the locked job is untouched');
-    assert.deepEqual((await rows()).map((r) => r.id), [b.id, c.id, d.id]);
+    assert.deepEqual((await rows()).map((r) => r.id), [c.id, d.id], 'the completed and the failed job left jobs');
+    const finished = await sql.query(
+      'select id::text, state, last_error, attempts, max_attempts from job_queue.finished_jobs where id = any($1::bigint[]) order by id',
+      [[a.id, b.id, c.id, d.id]],
+    );
+    assert.deepEqual(finished.rows, [
+      { id: a.id, state: 'completed', last_error: null, attempts: 0, max_attempts: 25 },
+      { id: b.id, state: 'failed', last_error: 'given up', attempts: 0, max_attempts: 25 },
+    ]);
   });
 
   it('add_job works from a SQL trigger', async () => {

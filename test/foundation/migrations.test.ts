@@ -9,7 +9,7 @@ import { waitFor } from '../support/wait';
 import { connect, createTestDatabase } from '../support/database';
 
 /** Every migration, oldest first. */
-const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000'];
+const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000'];
 
 describe('migrations', () => {
   it('several app instances booting at once on an empty database migrate it once', async () => {
@@ -20,7 +20,7 @@ describe('migrations', () => {
       const { rows } = await sql.query('select name from job_queue.migrations');
       assert.deepEqual(rows.map((r) => r.name), ALL_MIGRATIONS);
       const tables = (await sql.query(`select tablename from pg_tables where schemaname = 'job_queue' order by 1`)).rows;
-      assert.deepEqual(tables.map((r) => r.tablename), ['job_queues', 'jobs', 'known_crontabs', 'leases', 'migrations', 'workers']);
+      assert.deepEqual(tables.map((r) => r.tablename), ['finished_counts', 'finished_jobs', 'job_queues', 'jobs', 'known_crontabs', 'leases', 'migrations', 'workers']);
       await sql.end();
       // every instance works
       for (const [i, t] of apps.entries()) await t.jobs.add('hello', { i });

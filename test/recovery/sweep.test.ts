@@ -54,6 +54,8 @@ describe('the dead-worker sweep', () => {
       `select attempts, max_attempts, locked_by, started_at, last_error, run_at, first_run_at, is_available from job_queue.jobs where id = $1`,
       [id],
     )).rows[0];
+  const finishedRow = async (id: string) =>
+    (await sql.query(`select state, attempts, max_attempts, last_error, errors from job_queue.finished_jobs where id = $1`, [id])).rows[0];
 
   it('releases what dead and vanished workers held, by each worker\'s own timeout, charging only started jobs', async () => {
     await sql.query(`insert into job_queue.workers (id, heartbeat_at, timeout_ms) values
@@ -81,9 +83,15 @@ describe('the dead-worker sweep', () => {
     assert.ok(s.run_at.getTime() > Date.now(), 'retried after the backoff');
     const p = await row(prefetched.id);
     assert.deepEqual([p.locked_by, p.attempts, p.last_error, p.run_at], [null, 0, null, prefetched.run_at], 'a prefetched job goes back as it was');
-    const l = await row(lastAttempt.id);
-    assert.deepEqual([l.locked_by, l.attempts, l.is_available], [null, 1, false], 'out of attempts: failed for good');
+    // out of attempts: failed for good, moved to finished_jobs by the same round's leftover step
+    assert.equal(await row(lastAttempt.id), undefined, 'gone from jobs');
+    const l = await finishedRow(lastAttempt.id);
+    assert.deepEqual([l.state, l.attempts, l.max_attempts], ['failed', 1, 1], 'out of attempts: failed for good');
     assert.match(l.last_error, /^JQ_WORKER_LOST/);
+    assert.deepEqual(
+      l.errors.map((e: { attempt: number; code: string; message: string; at: string }) => [e.attempt, e.code, e.message, typeof e.at]),
+      [[1, 'JQ_WORKER_LOST', l.last_error, 'string']],
+    );
     assert.deepEqual([(await row(vanished.id)).locked_by, (await row(vanished.id)).attempts], [null, 1]);
     assert.equal((await row(recentGhost.id)).locked_by, 'ghost-2', 'a fresh lock of an unknown worker is left alone');
     assert.equal((await row(slowJob.id)).locked_by, 'slow', 'judged by its own timeout');

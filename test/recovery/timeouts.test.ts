@@ -58,6 +58,15 @@ describe('per-job timeouts', () => {
 
   const jobRow = async (id: string) =>
     (await sql.query('select attempts, max_attempts, last_error, locked_by from job_queue.jobs where id = $1', [id])).rows[0];
+  /** Waits for the job's final failure to be written: gone from jobs, its row in finished_jobs. */
+  const failedRow = async (id: string) => {
+    await waitForValue(sql, 'its failure to be written', `select count(*)::int from job_queue.finished_jobs where id = $1 and state = 'failed'`, 1, [id]);
+    assert.equal(await jobRow(id), undefined, 'gone from jobs');
+    return (await sql.query('select attempts, max_attempts, last_error, errors, result from job_queue.finished_jobs where id = $1', [id])).rows[0];
+  };
+  /** The errors entries of a finished row, as [attempt, code, message]. */
+  const attemptErrors = (row: { errors: Array<{ attempt: number; code: string | null; message: string }> }) =>
+    row.errors.map((e) => [e.attempt, e.code, e.message]);
 
   it('a timeout aborts the signal with JQ_JOB_TIMEOUT, fails the attempt, retries, and finally fails the job for good', async () => {
     politeReasons = [];
@@ -65,10 +74,11 @@ describe('per-job timeouts', () => {
     const job = await t.jobs.add('polite');
     await waitFor('the job to fail for good', () => events.some((e) => e.type === 'job:failed' && e.job.id === job.id));
     sub.unsubscribe();
-    await waitForValue(sql, 'its row to be released', 'select count(*)::int from job_queue.jobs where id = $1 and locked_by is null', 1, [job.id]);
-    const row = await jobRow(job.id);
+    const row = await failedRow(job.id);
     assert.equal(row.attempts, 2);
+    assert.equal(row.max_attempts, 2);
     assert.match(row.last_error, /^JQ_JOB_TIMEOUT: job \d+ \(polite\) ran past its timeout of 200 ms$/);
+    assert.deepEqual(attemptErrors(row), [[1, 'JQ_JOB_TIMEOUT', row.last_error], [2, 'JQ_JOB_TIMEOUT', row.last_error]], 'both attempts recorded with their code');
     assert.equal(politeReasons.length, 2);
     for (const reason of politeReasons) assert.ok(isJobQueueError(reason, 'JQ_JOB_TIMEOUT'), String(reason));
     const error = events.find((e) => e.type === 'job:error' && e.job.id === job.id);
@@ -87,12 +97,13 @@ describe('per-job timeouts', () => {
     assert.equal(ignoredRuns.length, 1);
 
     await waitFor('the job to fail for good', () => events.some((e) => e.type === 'job:failed' && e.job.id === job.id));
-    await waitForValue(sql, 'its row to be released', 'select count(*)::int from job_queue.jobs where id = $1 and locked_by is null', 1, [job.id]);
+    const row = await failedRow(job.id);
     assert.equal(ignoredRuns.length, 2, 'two attempts');
     assert.ok(ignoredRuns[0].end! <= ignoredRuns[1].start, 'the second began only after the first had settled');
-    const row = await jobRow(job.id);
     assert.equal(row.attempts, 2);
     assert.match(row.last_error, /^JQ_JOB_TIMEOUT: /, 'the timeout is the outcome, though the handler returned');
+    assert.equal(row.result, null, 'the value the handler returned is not kept');
+    assert.deepEqual(attemptErrors(row), [[1, 'JQ_JOB_TIMEOUT', row.last_error], [2, 'JQ_JOB_TIMEOUT', row.last_error]]);
     assert.equal(events.some((e) => e.type === 'job:success' && e.job.id === job.id), false);
   });
 

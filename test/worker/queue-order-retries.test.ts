@@ -4,7 +4,7 @@ import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-import { waitFor, waitForNoJobs, waitForValue } from '../support/wait';
+import { waitFor, waitForNoJobs } from '../support/wait';
 
 /** Per queue, what ran in which order: `<seq>` for a success, `<seq>!` for a failed attempt. */
 const order = new Map<string, string[]>();
@@ -57,10 +57,26 @@ describe('named queues through retries', () => {
       [['billing', 0, true], ['billing', 0, true], ['billing', 2, true]],
       'a queue held up by its failing head is announced',
     );
-    // the failed head is kept, failed for good; the rest are done (once their completions are written)
-    await waitForValue(sql, 'the completions to be written', `select count(*)::int from job_queue.jobs where queue_name is distinct from 'sync' or locked_by is not null`, 0);
-    const { rows } = await sql.query(`select queue_name, attempts, max_attempts from job_queue.jobs`);
-    assert.deepEqual(rows, [{ queue_name: 'sync', attempts: 1, max_attempts: 1 }]);
+    // every job left jobs once its outcome was written: the failed head is kept in finished_jobs,
+    // failed for good with its error; the rest completed
+    await waitForNoJobs(sql);
+    const { rows } = await sql.query(
+      `select queue_name, (payload->>'seq')::int as seq, state, attempts, max_attempts, last_error, errors from job_queue.finished_jobs order by id`,
+    );
+    const attemptErrors = (errors: Array<{ attempt: number; message: string; code: string | null }> | null) => errors?.map((e) => [e.attempt, e.message, e.code]) ?? [];
+    assert.deepEqual(
+      rows.map((r) => [r.queue_name, r.seq, r.state, r.attempts, r.max_attempts, r.last_error, attemptErrors(r.errors)]),
+      [
+        ['billing', 0, 'completed', 3, 25, null, [[1, 'step 0 fails', null], [2, 'step 0 fails', null]]],
+        ['billing', 1, 'completed', 1, 25, null, []],
+        ['billing', 2, 'completed', 2, 25, null, [[1, 'step 2 fails', null]]],
+        ['billing', 3, 'completed', 1, 25, null, []],
+        ['sync', 0, 'failed', 1, 1, 'step 0 fails', [[1, 'step 0 fails', null]]],
+        ['sync', 1, 'completed', 1, 25, null, []],
+        ['sync', 2, 'completed', 1, 25, null, []],
+        [null, 0, 'completed', 1, 25, null, []],
+      ],
+    );
   });
 
   it('jobs added by the SQL add_job keep the same rule', async () => {

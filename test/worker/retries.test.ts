@@ -54,12 +54,20 @@ describe('retries and failures', () => {
   const row = async (id: string) =>
     (
       await sql.query(
-        `select attempts, max_attempts, last_error, locked_at, locked_by, is_available,
+        `select attempts, max_attempts, last_error, locked_at, locked_by, is_available, errors,
                 (extract(epoch from (run_at - updated_at)) * 1000)::float8 as delay_ms
          from job_queue.jobs where id = $1`,
         [id],
       )
     ).rows[0];
+  const finishedRow = async (id: string) =>
+    (await sql.query('select state, attempts, max_attempts, last_error, result, errors from job_queue.finished_jobs where id = $1', [id])).rows[0];
+  /** A row's errors entries as [attempt, message, code], each checked to carry its time. */
+  const attemptErrors = (errors: Array<{ at: string; attempt: number; message: string; code: string | null }>) =>
+    errors.map((e) => {
+      assert.ok(!Number.isNaN(Date.parse(e.at)), `errors entry ${e.attempt} has a time`);
+      return [e.attempt, e.message, e.code];
+    });
 
   it('a failure records the error, unlocks the job and backs off exp(min(10, attempts)) seconds', async () => {
     const job = await t.jobs.add('always_fails');
@@ -69,6 +77,7 @@ describe('retries and failures', () => {
     assert.equal(first.last_error, 'nope, attempt 1');
     assert.equal(first.locked_at, null);
     assert.equal(first.locked_by, null);
+    assert.deepEqual(attemptErrors(first.errors), [[1, 'nope, attempt 1', null]], 'the failed attempt is recorded in errors');
     // releaseJobs sets run_at = now() + delay and updated_at = now() in one statement: the difference is the delay itself
     assert.equal(first.delay_ms, toMicroseconds(Math.exp(1) * 1000));
     assert.deepEqual(events.filter((e) => 'job' in e && e.job.id === job.id).map((e) => e.type), ['job:start', 'job:error', 'job:complete']);
@@ -78,23 +87,27 @@ describe('retries and failures', () => {
     const second = await row(job.id);
     assert.equal(second.attempts, 2);
     assert.equal(second.delay_ms, toMicroseconds(Math.exp(2) * 1000));
+    assert.deepEqual(attemptErrors(second.errors), [[1, 'nope, attempt 1', null], [2, 'nope, attempt 2', null]]);
 
-    // the last attempt: the job stays, failed for good, with its error
+    // the last attempt: the job leaves jobs for finished_jobs, failed for good, with its errors
     events.length = 0;
     await t.jobs.rescheduleJobs([job.id], { runAt: new Date() });
     await t.worker.runUntilIdle();
-    const last = await row(job.id);
-    assert.equal(last.attempts, 3);
+    assert.equal(await row(job.id), undefined, 'gone from jobs');
+    const last = await finishedRow(job.id);
+    assert.equal(last.state, 'failed');
+    assert.deepEqual([last.attempts, last.max_attempts], [3, 3]);
     assert.equal(last.last_error, 'nope, attempt 3');
-    assert.equal(last.is_available, false);
+    assert.deepEqual(attemptErrors(last.errors), [[1, 'nope, attempt 1', null], [2, 'nope, attempt 2', null], [3, 'nope, attempt 3', null]]);
     assert.deepEqual(events.map((e) => e.type), ['job:start', 'job:failed', 'job:complete']);
-    // nothing runs it again
-    await t.jobs.rescheduleJobs([job.id], { runAt: new Date() });
+    // nothing runs it again: rescheduling a finished job does nothing
+    assert.deepEqual(await t.jobs.rescheduleJobs([job.id], { runAt: new Date() }), []);
     await t.worker.runUntilIdle();
     assert.equal(calls.get('always_fails'), 3);
+    assert.equal((await finishedRow(job.id)).state, 'failed');
   });
 
-  it('a task’s own retry delay replaces the backoff; success after failures deletes the job', async () => {
+  it('a task’s own retry delay replaces the backoff; success after failures moves the job to finished_jobs, completed, with the errors of its failed attempts', async () => {
     // The retries are due 10 and 20 ms after each failure, so the test must stop the next
     // attempt from running before it has read the row. Just before each failure the handler
     // takes FOR KEY SHARE on the job's row from a connection of the test's: the release (an
@@ -127,9 +140,13 @@ describe('retries and failures', () => {
 
       await waitFor('the job to succeed on its third attempt', async () => {
         await t.worker.runUntilIdle();
-        return (await t.jobs.getJob(job.id)) === null;
+        return (await t.jobs.getJob(job.id))?.state === 'completed';
       });
       assert.equal(calls.get('fails_twice'), 3);
+      assert.equal(await row(job.id), undefined, 'gone from jobs');
+      const done = await finishedRow(job.id);
+      assert.deepEqual([done.state, done.attempts, done.last_error, done.result], ['completed', 3, null, 'done']);
+      assert.deepEqual(attemptErrors(done.errors), [[1, 'not yet', null], [2, 'not yet', null]], 'the failed attempts are kept');
       const success = events.find((e) => e.type === 'job:success' && e.job.id === job.id);
       assert.equal(success?.type === 'job:success' && success.result, 'done');
     } finally {

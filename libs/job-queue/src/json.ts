@@ -23,9 +23,17 @@ export function toJsonText(
     throw new JobQueueError(codes.notJson, `${what} cannot be serialised to JSON: ${(error as Error).message}`);
   }
   if (json === undefined) throw new JobQueueError(codes.notJson, `${what} cannot be serialised to JSON (got a ${typeof value})`);
-  // JSON.stringify writes U+0000 as the escape \u0000, which jsonb rejects (preceded by an even number of backslashes).
-  if (/(?:^|[^\\])(?:\\\\)*\\u0000/.test(json)) {
-    throw new JobQueueError(codes.notJson, `${what} contains the character U+0000, which PostgreSQL's jsonb cannot store`);
+  // JSON.stringify writes U+0000 and lone UTF-16 surrogates (half of a character, as a string
+  // cut in the middle of an emoji leaves) as escapes, which jsonb rejects: an escape is one
+  // preceded by an even number of backslashes.
+  const escape = /(?:^|[^\\])(?:\\\\)*\\u(0000|[dD][89a-fA-F][0-9a-fA-F]{2})/.exec(json);
+  if (escape) {
+    throw new JobQueueError(
+      codes.notJson,
+      escape[1] === '0000'
+        ? `${what} contains the character U+0000, which PostgreSQL's jsonb cannot store`
+        : `${what} contains a lone UTF-16 surrogate (\\u${escape[1]}: half of a character, as a string cut inside an emoji), which PostgreSQL's jsonb cannot store`,
+    );
   }
   // Over the limit in characters means over it in bytes too; only text near it needs counting.
   if (json.length > maxBytes / 3 && Buffer.byteLength(json) > maxBytes) {

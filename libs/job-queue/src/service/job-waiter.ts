@@ -113,10 +113,12 @@ export class JobWaiter implements BeforeApplicationShutdown {
     try {
       rows = await this.db.run<JobRow>('getJobs', [ids]);
     } catch {
+      if (this.closed || this.waiters.size === 0) return;
       this.retryTimer ??= setTimeout(() => {
         this.retryTimer = undefined;
-        void this.check([...this.waiters.keys()]);
+        if (!this.closed) void this.check([...this.waiters.keys()]);
       }, RETRY_READ_MS);
+      this.retryTimer.unref();
       return;
     }
     const found = new Map<string, Job>();

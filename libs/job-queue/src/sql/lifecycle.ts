@@ -56,6 +56,35 @@ const finishedColumns = (f: string) => `
 
 const MAX_BIGINT = '9223372036854775807';
 
+/**
+ * The insert that keeps jobs deleted from `jobs` (rows of the CTE `source`, 'name alias', with the columns
+ * of a jobs row) in finished_jobs: every statement that finishes jobs uses it. Expressions
+ * may override the columns that differ by case; the rest are copied.
+ */
+export function keepFinished(
+  s: string,
+  source: string,
+  columns: { state: string; lastError: string; workerId: string; result?: string; progress?: string; errors?: string; attempts?: string; startedAt?: string; where?: string },
+): string {
+  const f = source.split(' ').pop()!; // 'finished f': the alias
+  return `
+    insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
+      state, result, progress, errors, last_error, worker_id, created_at, started_at)
+    select ${f}.id, ${f}.task_identifier, ${f}.queue_name, ${f}.payload, ${f}.priority, ${f}.run_at, ${columns.attempts ?? `${f}.attempts`},
+      ${f}.max_attempts, ${f}.key, ${f}.flags, ${columns.state}, ${columns.result ?? 'null'}, ${columns.progress ?? `${f}.progress`},
+      ${columns.errors ?? `${f}.errors`}, ${columns.lastError}, ${columns.workerId}, ${f}.created_at, ${columns.startedAt ?? `${f}.started_at`}
+    from ${source}
+    ${columns.where ? `where ${columns.where}` : ''}`;
+}
+
+/** The last error of a cancelled job, from the row `r`. */
+export const cancelledError = (r: string) => `'JQ_JOB_CANCELLED: ' || coalesce(${r}.cancel_reason, 'cancelled')`;
+
+/** Tells waiters (waitForJob) the ids of the rows of CTE `source`, in one notification ('*' when too many to list). */
+export const tellFinished = (finishedChannel: string, source: string) => `
+  select pg_notify('${finishedChannel}', case when length(ids) <= 7900 then ids else '*' end)
+  from (select string_agg(id::text, ',') as ids from ${source}) listed where ids is not null`;
+
 export function createLifecycleQueries(s: string) {
   /** $1 task or null, $2 queue or null, $3 cursor id or null, $4 limit. Newest first. */
   const listActive = (state: JobState | null) => `

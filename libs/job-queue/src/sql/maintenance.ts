@@ -1,3 +1,5 @@
+import { cancelledError, keepFinished, tellFinished } from './lifecycle';
+
 /**
  * The statements of the cluster's upkeep (maintenance/): the leader's lease, the sweep
  * that rescues a dead worker's jobs, and the cleanup of idle queue rows. Each is safe if two
@@ -14,6 +16,10 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
    * keeps a claim that commits during this statement (its worker registered after the
    * statement's snapshot) from looking orphaned.
    */
+  /** The error of an attempt a dead worker was running, for its row `r` and the lost row `l` (worker_id). */
+  const lostError = (l: string) => `'JQ_WORKER_LOST: worker ' || ${l}.worker_id || ' stopped heartbeating while it ran the job'`;
+  const withLostAttempt = (j: string, l: string) =>
+    `coalesce(${j}.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', ${j}.attempts, 'code', 'JQ_WORKER_LOST', 'message', ${lostError(l)})`;
   const isOrphaned = (alias: string) =>
     `(${alias}.locked_at < now() - $2 * interval '1 millisecond' and not exists (select 1 from ${s}.workers w where w.id = ${alias}.locked_by))`;
 
@@ -49,7 +55,8 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
         delete from ${s}.workers w where ${isDead('w')} returning w.id
       ),
       lost as materialized (
-        select j.id, j.locked_by as worker_id, j.started_at is not null as started
+        select j.id, j.locked_by as worker_id, j.started_at is not null as started,
+          j.cancel_requested_at is not null as cancel_requested, j.attempts >= j.max_attempts as last_attempt
         from ${s}.jobs j
         where j.locked_by is not null and (j.locked_by in (select id from dead) or ${isOrphaned('j')})
         order by j.id
@@ -59,20 +66,31 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
       rescued as (
         update ${s}.jobs j set
           attempts = case when l.started then j.attempts else greatest(j.attempts - 1, 0) end,
-          last_error = case when l.started
-            then 'JQ_WORKER_LOST: worker ' || l.worker_id || ' stopped heartbeating while it ran the job'
-            else j.last_error end,
-          errors = case when l.started
-            then coalesce(j.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', j.attempts, 'code', 'JQ_WORKER_LOST',
-              'message', 'JQ_WORKER_LOST: worker ' || l.worker_id || ' stopped heartbeating while it ran the job')
-            else j.errors end,
+          last_error = case when l.started then ${lostError('l')} else j.last_error end,
+          errors = case when l.started then ${withLostAttempt('j', 'l')} else j.errors end,
           first_run_at = case when l.started then coalesce(j.first_run_at, j.run_at) else j.first_run_at end,
           run_at = case when l.started then now() + exp(least(10, j.attempts)) * interval '1 second' else j.run_at end,
           locked_at = null, locked_by = null, started_at = null, updated_at = now()
         from lost l
-        where j.id = l.id
-        returning j.id, j.task_identifier, l.worker_id, l.started, j.attempts >= j.max_attempts as failed
+        where j.id = l.id and not l.cancel_requested and not (l.started and l.last_attempt)
+        returning j.id, j.task_identifier, l.worker_id, l.started, false as failed
       ),
+      -- Done for good: a started job on its last attempt fails, a job whose cancel was requested
+      -- ends cancelled; both move to finished_jobs now, which frees their keys.
+      ended as (
+        delete from ${s}.jobs j using lost l
+        where j.id = l.id and (l.cancel_requested or (l.started and l.last_attempt))
+        returning j.*, l.worker_id, l.started, l.cancel_requested
+      ),
+      kept as (${keepFinished(s, 'ended e', {
+        state: `case when e.cancel_requested then 'cancelled' else 'failed' end`,
+        lastError: `case when e.cancel_requested then ${cancelledError('e')} else ${lostError('e')} end`,
+        errors: `case when e.cancel_requested then e.errors else ${withLostAttempt('e', 'e')} end`,
+        attempts: `case when e.cancel_requested and not e.started then greatest(e.attempts - 1, 0) else e.attempts end`,
+        workerId: 'e.worker_id',
+      })}
+      ),
+      told as (${tellFinished(finished, 'ended')}),
       freed_queues as (
         update ${s}.job_queues q set locked_at = null, locked_by = null
         where q.queue_name in (
@@ -81,17 +99,23 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
             and (f.locked_by in (select id from dead) or ${isOrphaned('f')})
             and not exists (
               select 1 from ${s}.jobs j
-              where j.queue_name = f.queue_name and j.locked_by = f.locked_by and j.id not in (select id from rescued))
+              where j.queue_name = f.queue_name and j.locked_by = f.locked_by
+                and j.id not in (select id from rescued) and j.id not in (select id from ended))
           for no key update skip locked)
         returning q.queue_name
       ),
       woken as (
         select pg_notify('${channel}', '') from (select 1 from rescued union all select 1 from freed_queues) changed limit 1
+      ),
+      released as (
+        select id, task_identifier, worker_id, started, failed from rescued
+        union all
+        select id, task_identifier, worker_id, started, not cancel_requested from ended
       )
       select
         (select coalesce(json_agg(json_build_object(
           'id', id::text, 'taskIdentifier', task_identifier, 'workerId', worker_id, 'started', started, 'failed', failed)), '[]')
-         from rescued) as rescued,
+         from released) as rescued,
         array(select id from dead) as dead,
         (select count(*) from freed_queues)::int as freed_queues,
         (select count(*) from woken)::int as woken`,
@@ -129,20 +153,13 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
       moved as (
         delete from ${s}.jobs j using leftovers l where j.id = l.id returning j.*
       ),
-      kept as (
-        insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
-          state, progress, errors, last_error, worker_id, created_at, started_at)
-        select m.id, m.task_identifier, m.queue_name, m.payload, m.priority, m.run_at, m.attempts, m.max_attempts, m.key, m.flags,
-          case when m.cancel_requested_at is not null then 'cancelled' else 'failed' end,
-          m.progress, m.errors,
-          case when m.cancel_requested_at is not null then 'JQ_JOB_CANCELLED: ' || coalesce(m.cancel_reason, 'cancelled') else m.last_error end,
-          null, m.created_at, m.started_at
-        from moved m
+      kept as (${keepFinished(s, 'moved m', {
+        state: `case when m.cancel_requested_at is not null then 'cancelled' else 'failed' end`,
+        lastError: `case when m.cancel_requested_at is not null then ${cancelledError('m')} else m.last_error end`,
+        workerId: 'null',
+      })}
       ),
-      told as (
-        select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
-        from (select string_agg(id::text, ',') as ids from moved) listed where ids is not null
-      )
+      told as (${tellFinished(finished, 'moved')})
       select (select count(*) from moved)::int as moved, (select count(*) from told)::int as told`,
 
     /**

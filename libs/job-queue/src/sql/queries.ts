@@ -1,5 +1,5 @@
 import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
-import { createLifecycleQueries } from './lifecycle';
+import { cancelledError, createLifecycleQueries, keepFinished, tellFinished } from './lifecycle';
 import { createMaintenanceQueries } from './maintenance';
 import { createWorkerQueries } from './workers';
 
@@ -194,27 +194,21 @@ export function createQueries(schema: string) {
         returning j.*, o.ok, o.result, o.message, o.code,
           case when j.cancel_requested_at is not null then 'cancelled' when o.ok then 'completed' else 'failed' end as state
       ),
-      kept as (
-        insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
-          state, result, progress, errors, last_error, worker_id, created_at, started_at)
-        select f.id, f.task_identifier, f.queue_name, f.payload, f.priority, f.run_at,
-          -- a claimed job cancelled before it started gets its attempt back, as a give-back does
-          case when f.state = 'cancelled' and f.started_at is null then greatest(f.attempts - 1, 0) else f.attempts end,
-          f.max_attempts, f.key, f.flags,
-          f.state,
-          case when f.state = 'completed' then f.result::jsonb end,
-          coalesce((select p.value from progress p where p.id = f.id), f.progress),
-          case when f.state = 'failed'
-            then coalesce(f.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', f.attempts, 'message', f.message, 'code', f.code)
-            else f.errors end,
-          case f.state
-            when 'failed' then f.message
-            when 'cancelled' then 'JQ_JOB_CANCELLED: ' || coalesce(f.cancel_reason, 'cancelled')
-          end,
-          -- a prefetched job that finished before its start mark was written started about now
-          $1, f.created_at, case when f.state = 'cancelled' then f.started_at else coalesce(f.started_at, now()) end
-        from finished f
-        where f.state <> 'completed' or $11::boolean
+      kept as (${keepFinished(s, 'finished f', {
+        state: 'f.state',
+        result: `case when f.state = 'completed' then f.result::jsonb end`,
+        progress: 'coalesce((select p.value from progress p where p.id = f.id), f.progress)',
+        errors: `case when f.state = 'failed'
+          then coalesce(f.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', f.attempts, 'message', f.message, 'code', f.code)
+          else f.errors end`,
+        lastError: `case f.state when 'failed' then f.message when 'cancelled' then ${cancelledError('f')} end`,
+        workerId: '$1',
+        // a claimed job cancelled before it started gets its attempt back, as a give-back does
+        attempts: `case when f.state = 'cancelled' and f.started_at is null then greatest(f.attempts - 1, 0) else f.attempts end`,
+        // a prefetched job that finished before its start mark was written started about now
+        startedAt: `case when f.state = 'cancelled' then f.started_at else coalesce(f.started_at, now()) end`,
+        where: `f.state <> 'completed' or $11::boolean`,
+      })}
       ),
       retried as (
         update ${s}.jobs j set
@@ -239,10 +233,7 @@ export function createQueries(schema: string) {
       ),
       released as (select queue_name from finished union all select queue_name from retried),
       ${unlockQueuesOf('released', '$1')},
-      told as (
-        select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
-        from (select string_agg(id::text, ',') as ids from finished) listed where ids is not null
-      ),
+      told as (${tellFinished(finished, 'finished')}),
       busy as (
         select o.id from outcome o
         where o.id not in (select id from finished) and o.id not in (select id from retried)
@@ -280,7 +271,7 @@ export function createQueries(schema: string) {
         cross join lateral ${s}.add_job($3::text, $4::jsonb, $5::text, $2::timestamptz, $6::integer, $7::text, $8::integer, null, 'unsafe_dedupe') as j`,
 
     ...createLifecycleQueries(s),
-    ...createWorkerQueries(s, channel),
+    ...createWorkerQueries(s, channel, finished),
     ...createMaintenanceQueries(s, channel, finished),
   };
 }

@@ -1,8 +1,11 @@
+import { cancelledError, keepFinished, tellFinished } from './lifecycle';
+
 /**
  * The statements about a worker itself: its row (registration, heartbeat, leaving), and
- * giving back the jobs it holds. `s` is the quoted schema, `channel` the jobs channel.
+ * giving back the jobs it holds. `s` is the quoted schema, `channel` the jobs channel,
+ * `finished` the finished channel.
  */
-export function createWorkerQueries(s: string, channel: string) {
+export function createWorkerQueries(s: string, channel: string, finished: string) {
   return {
     /** $1 worker id, $2 its timeout in ms (how long the sweep waits after its last heartbeat) */
     registerWorker: `
@@ -40,15 +43,28 @@ export function createWorkerQueries(s: string, channel: string) {
       given_back as (
         update ${s}.jobs j set
           attempts = greatest(j.attempts - 1, 0), locked_at = null, locked_by = null, started_at = null, updated_at = now()
-        from mine where j.id = mine.id
+        from mine where j.id = mine.id and j.cancel_requested_at is null
         returning j.id
       ),
+      -- A job whose cancel was requested is not given back but finished, cancelled: its key is free at once.
+      cancelled as (
+        delete from ${s}.jobs j using mine where j.id = mine.id and j.cancel_requested_at is not null returning j.*
+      ),
+      kept as (${keepFinished(s, 'cancelled c', {
+        state: `'cancelled'`,
+        lastError: cancelledError('c'),
+        attempts: 'case when c.started_at is null then greatest(c.attempts - 1, 0) else c.attempts end',
+        workerId: '$1',
+      })}
+      ),
+      told as (${tellFinished(finished, 'cancelled')}),
       unlocked as (
         update ${s}.job_queues q set locked_at = null, locked_by = null
         where q.locked_by = $1
           and not exists (
             select 1 from ${s}.jobs j
-            where j.queue_name = q.queue_name and j.locked_by = $1 and j.id not in (select id from given_back))
+            where j.queue_name = q.queue_name and j.locked_by = $1
+              and j.id not in (select id from given_back) and j.id not in (select id from cancelled))
       ),
       woken as (select pg_notify('${channel}', '') from given_back limit 1)
       select array(select id::text from given_back) as given_back,

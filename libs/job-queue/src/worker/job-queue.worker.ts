@@ -21,7 +21,7 @@ import { poolSizeWarning } from './pool-size';
 import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
-import { errorMessage, runJob, type JobOutcome } from './run-job';
+import { errorCode, errorMessage, runJob, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
 
 /** How often a give-back retries rows someone else has locked (after 4, 16, 64, then 100 ms each: about 1 s). */
@@ -332,6 +332,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     // completed, not given back).
     const kept = [...this.running.values()];
     for (const entry of kept) entry.kept = true;
+    // From here on a failing flush is retried a few times only: a database that refuses a
+    // release must not hold the shutdown forever (the jobs stay locked, for the sweep).
+    this.batcher.retryBriefly();
     await this.batcher.flush();
     this.prefetched.length = 0; // never started: given back below with the unfinished ones
     // Not given back: the kept jobs (and the finished ones whose release is not written yet:
@@ -470,7 +473,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.emit({ type: 'job:start', job });
     const progress = (value: Parameters<typeof progressToJson>[0]) => {
       const json = progressToJson(value);
-      if (entry.lost) return;
+      if (entry.lost || entry.isSettled) return; // stray calls after the handler returned: its outcome has the last word
       this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
@@ -538,8 +541,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     if (this.stopping && entry.abort.signal.aborted && !entry.timedOut && !entry.kept) return;
     const message = errorMessage(error);
     const delayMs = this.retryDelay(task.options.retryDelay, job.attempts, error);
-    const code = typeof (error as { code?: unknown })?.code === 'string' ? (error as { code: string }).code : null;
-    this.batcher.fail({ id: job.id, error: message, code, delayMs, progress });
+    this.batcher.fail({ id: job.id, error: message, code: errorCode(error), delayMs, progress });
     if (job.attempts >= job.maxAttempts) {
       this.logger.error(`Job ${job.id} (${job.taskIdentifier}) failed for good after ${job.attempts} attempt(s): ${message}`);
       this.emit({ type: 'job:failed', job, error, durationMs });

@@ -217,6 +217,11 @@ export class ReleaseBatcher {
     this.schedule();
   }
 
+  /** From now on a failing flush is retried a few times only, then dropped (its jobs stay locked, for the sweep). */
+  retryBriefly(): void {
+    this.stopping.abort();
+  }
+
   /**
    * Flushes what is left; failed flushes are retried only a few times from here on. A
    * release held up by someone else's row lock is retried until it is written: dropping it

@@ -37,8 +37,18 @@ export async function runJob(
   }
 }
 
-/** What is kept in last_error. */
+/** What is kept in last_error and errors[].message: text PostgreSQL can store (no U+0000). */
 export function errorMessage(error: unknown): string {
+  return describeError(error).replace(/\u0000/g, '');
+}
+
+/** An error's own `code`, when it is a string (JQ_JOB_TIMEOUT, an app's own), for errors[].code. */
+export function errorCode(error: unknown): string | null {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code.replace(/\u0000/g, '').slice(0, 200) : null;
+}
+
+function describeError(error: unknown): string {
   if (error instanceof Error) return error.message || error.name;
   if (typeof error === 'string') return error;
   try {

@@ -77,8 +77,12 @@ export class RunningJob {
     else this.progressTimer = setTimeout(flush, wait);
   }
 
+  /** Set once the handler settled. */
+  isSettled = false;
+
   /** Once the handler settled: no timer may fire for it any more. */
   settled(): void {
+    this.isSettled = true;
     for (const timer of this.timers) clearTimeout(timer);
     clearTimeout(this.progressTimer);
     this.progressTimer = undefined;
