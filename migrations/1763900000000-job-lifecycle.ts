@@ -9,8 +9,9 @@ import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from '..
  *   and is written here in the same statement (by the release batch). `jobs` keeps only
  *   unfinished jobs, so its job-key index makes a key unique among unfinished jobs, the claim
  *   never walks history, and the maintenance leader deletes expired history from a table no
- *   worker claims from. One index besides the key, `(state, finished_at, id)`: retention
- *   and the lists of finished jobs walk it.
+ *   worker claims from. Two indexes besides the key, each paid on every completion:
+ *   `(state, finished_at, id)` for retention and the lists, `(task_identifier, state,
+ *   finished_at, id)` for the lists of one task.
  * - `finished_counts`: counts of finished jobs per task, queue and state, kept by statement
  *   triggers on `finished_jobs` (any insert or delete, ours or a user's), so that
  *   countJobs() never counts a million rows. Rows are spread over 8 slots by backend, so
@@ -77,6 +78,7 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
         )`);
       // A new, empty table: a plain build takes no time and blocks nobody.
       await q.query(`create index if not exists finished_jobs_state_idx on ${s}.finished_jobs (state, finished_at, id)`);
+      await q.query(`create index if not exists finished_jobs_task_idx on ${s}.finished_jobs (task_identifier, state, finished_at, id)`);
 
       await q.query(`
         create table if not exists ${s}.finished_counts (

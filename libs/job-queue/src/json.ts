@@ -47,14 +47,14 @@ export const MAX_PROGRESS_BYTES = 4_096;
 
 /** Checks what a handler passes to ctx.progress(): a number from 0 to 100, or a small plain object. Returns its JSON text. */
 export function progressToJson(value: unknown): string {
+  const refuse = (got: string) => new JobQueueError('JQ_INVALID_PROGRESS', `progress must be a number from 0 to 100 or a JSON object, got ${got}`);
   if (typeof value === 'number') {
-    if (!Number.isFinite(value) || value < 0 || value > 100) {
-      throw new JobQueueError('JQ_INVALID_PROGRESS', `progress must be a number from 0 to 100 or a JSON object, got ${value}`);
-    }
+    if (!Number.isFinite(value) || value < 0 || value > 100) throw refuse(String(value));
     return JSON.stringify(value);
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new JobQueueError('JQ_INVALID_PROGRESS', `progress must be a number from 0 to 100 or a JSON object, got ${Array.isArray(value) ? 'an array' : String(value)}`);
-  }
-  return toJsonText(value, 'progress', MAX_PROGRESS_BYTES, { notJson: 'JQ_INVALID_PROGRESS', tooLarge: 'JQ_INVALID_PROGRESS' }, 'null');
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw refuse(Array.isArray(value) ? 'an array' : String(value));
+  const json = toJsonText(value, 'progress', MAX_PROGRESS_BYTES, { notJson: 'JQ_INVALID_PROGRESS', tooLarge: 'JQ_INVALID_PROGRESS' }, 'null');
+  // What JSON makes of it counts: a Date, or an object with toJSON, may become a string or a number.
+  if (!json.startsWith('{')) throw refuse(json.slice(0, 40));
+  return json;
 }

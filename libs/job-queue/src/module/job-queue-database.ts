@@ -71,6 +71,15 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
     return this.runOn(this.pool, statement, values);
   }
 
+  /**
+   * Runs one statement unprepared, planned for its values each time: for reads whose best
+   * plan depends on them (a list of one task among a million finished jobs), where a
+   * prepared statement's generic plan would walk the wrong index.
+   */
+  async runPlannedEachTime<Row extends QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]> {
+    return (await this.pool.query<Row>(this.sql[statement], values)).rows;
+  }
+
   /** Runs one statement as a named prepared statement on a connection of one's own (the worker's pinned one) or the pool. */
   async runOn<Row extends QueryResultRow>(client: Pool | ClientBase, statement: Statement, values: unknown[]): Promise<Row[]> {
     const prepared = () =>

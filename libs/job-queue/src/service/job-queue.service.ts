@@ -165,14 +165,14 @@ export class JobQueueService {
     const queueName = optionalString(queue, 'JQ_INVALID_QUEUE_NAME', 'queue', LIMITS.queueNameLength);
     if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new JobQueueError('JQ_INVALID_SPEC', `limit must be an integer from 1 to 1000, got ${String(limit)}`);
     const from = decodeCursor(cursor);
-    const statements = listStatements(state ?? null);
+    const statements = listStatements(state ?? null, task !== undefined);
     const rows: JobRow[] = [];
     if (statements.active && from?.phase !== 'finished') {
-      rows.push(...(await this.db.run<JobRow>(statements.active, [task ?? null, queueName, from?.id ?? null, limit + 1])));
+      rows.push(...(await this.db.runPlannedEachTime<JobRow>(statements.active, [task ?? null, queueName, from?.id ?? null, limit + 1])));
     }
     if (statements.finished && rows.length <= limit) {
       const after = from?.phase === 'finished' ? from : undefined;
-      rows.push(...(await this.db.run<JobRow>(statements.finished, [task ?? null, queueName, after?.at ?? null, after?.id ?? null, limit + 1 - rows.length])));
+      rows.push(...(await this.db.runPlannedEachTime<JobRow>(statements.finished, [task ?? null, queueName, after?.at ?? null, after?.id ?? null, limit + 1 - rows.length])));
     }
     const page = rows.slice(0, limit);
     const last = page[page.length - 1] as (JobRow & { finished_at_key?: string | null }) | undefined;

@@ -97,12 +97,14 @@ export function createLifecycleQueries(s: string) {
 
   /**
    * $1 task or null, $2 queue or null, $3 cursor finished_at or null, $4 cursor id, $5 limit.
-   * Last finished first, walking finished_jobs_state_idx backwards (one walk per state).
+   * Last finished first, walking finished_jobs_state_idx backwards (one walk per state), or
+   * finished_jobs_task_idx for one task (`ofTask`: $1 is then required), so that a task with
+   * few finished jobs among a million is found without walking the others.
    */
-  const listFinished = (states: readonly JobState[]) => {
+  const listFinished = (states: readonly JobState[], ofTask = false) => {
     const walk = (state: JobState) => `
       (select ${finishedColumns('f')} from ${s}.finished_jobs f
-       where f.state = '${state}'
+       where ${ofTask ? 'f.task_identifier = $1 and ' : ''}f.state = '${state}'
          and (f.finished_at, f.id) < (coalesce($3::timestamptz, 'infinity'), coalesce($4::bigint, ${MAX_BIGINT}))
          and ($1::text is null or f.task_identifier = $1) and ($2::text is null or f.queue_name = $2)
        order by f.finished_at desc, f.id desc
@@ -133,6 +135,10 @@ export function createLifecycleQueries(s: string) {
     listJobsCompleted: listFinished(['completed']),
     listJobsFailed: listFinished(['failed']),
     listJobsCancelled: listFinished(['cancelled']),
+    listJobsFinishedOfTask: listFinished(FINISHED_STATES, true),
+    listJobsCompletedOfTask: listFinished(['completed'], true),
+    listJobsFailedOfTask: listFinished(['failed'], true),
+    listJobsCancelledOfTask: listFinished(['cancelled'], true),
 
     /**
      * Counts of unfinished jobs by state, task and queue (a scan of `jobs`: its size is the
@@ -159,8 +165,13 @@ export function createLifecycleQueries(s: string) {
   };
 }
 
-/** The listing statement for a state; null: every unfinished job (then every finished one). */
-export function listStatements(state: JobState | null): { active?: ListStatement; finished?: ListStatement } {
+/** The listing statements for a state (null: every unfinished job, then every finished one), for one task or any. */
+export function listStatements(state: JobState | null, ofTask: boolean): { active?: ListStatement; finished?: ListStatement } {
+  const { active, finished } = listStatementsOfState(state);
+  return { active, finished: finished && ofTask ? (`${finished}OfTask` as ListStatement) : finished };
+}
+
+function listStatementsOfState(state: JobState | null): { active?: ListStatement; finished?: ListStatement } {
   switch (state) {
     case null:
       return { active: 'listJobsActive', finished: 'listJobsFinished' };
