@@ -32,8 +32,11 @@ export async function openNestJobQueue(url: string, config: BenchConfig): Promis
     lifecycle: {
       openWithoutHistory: () => openApp(url, config, { completed: 0 }),
       addHistory: (rows) => addHistory(queue.dataSource, rows),
-      vacuumJobs: async () => {
+      settleTables: async () => {
         await queue.dataSource.query(`vacuum ${SCHEMA}.jobs`);
+        await queue.dataSource.query('checkpoint').catch((error: unknown) => {
+          if ((error as { code?: string }).code !== '42501') throw error; // insufficient_privilege: superuser or pg_checkpoint only
+        });
       },
     },
   };
@@ -81,8 +84,8 @@ async function openApp(url: string, config: BenchConfig, retention?: RetentionOp
  * (as if added earlier), finished over the last day, oldest first, as the default retention
  * keeps them; the statement triggers count them in finished_counts as for the worker's rows.
  * Then what a database a day into this would have had done: VACUUM ANALYZE (autovacuum would
- * otherwise start on the fresh rows during the drain), and a CHECKPOINT so that the load's
- * writes are not flushed during it (superuser or pg_checkpoint only: skipped without).
+ * otherwise start on the fresh rows during the drain); the drain's settleTables() then takes
+ * a CHECKPOINT, so that the load's writes are not flushed during it.
  */
 async function addHistory(dataSource: DataSource, rows: number): Promise<void> {
   await dataSource.query(
@@ -97,7 +100,4 @@ async function addHistory(dataSource: DataSource, rows: number): Promise<void> {
     [TASK, rows],
   );
   await dataSource.query(`vacuum analyze ${SCHEMA}.finished_jobs`);
-  await dataSource.query('checkpoint').catch((error: unknown) => {
-    if ((error as { code?: string }).code !== '42501') throw error; // insufficient_privilege
-  });
 }
