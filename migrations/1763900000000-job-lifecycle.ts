@@ -89,49 +89,30 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
           count bigint not null,
           primary key (task_identifier, queue_name, state, slot)
         )`);
-      // Transition tables exist only for their own event: one trigger per event, one function.
-      await q.query(`
-        create or replace function ${s}.count_finished_jobs_inserted() returns trigger
-        language plpgsql as $fn$
-        begin
-          insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
-          select n.task_identifier, coalesce(n.queue_name, ''), n.state, pg_backend_pid() % 8, count(*)
-          from new_rows n group by 1, 2, 3
-          order by 1, 2, 3 -- every statement locks count rows in one order: no deadlock between them
-          on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
-          return null;
-        end;
-        $fn$`);
-      await q.query(`
-        create or replace function ${s}.count_finished_jobs_deleted() returns trigger
-        language plpgsql as $fn$
-        begin
-          insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
-          select o.task_identifier, coalesce(o.queue_name, ''), o.state, pg_backend_pid() % 8, -count(*)
-          from old_rows o group by 1, 2, 3
-          order by 1, 2, 3
-          on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
-          return null;
-        end;
-        $fn$`);
-      await q.query(`
-        create or replace function ${s}.count_finished_jobs_updated() returns trigger
-        language plpgsql as $fn$
-        begin
-          insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
-          select d.task_identifier, d.queue_name, d.state, pg_backend_pid() % 8, sum(d.delta)
-          from (
-            select n.task_identifier, coalesce(n.queue_name, '') as queue_name, n.state, 1 as delta from new_rows n
-            union all
-            select o.task_identifier, coalesce(o.queue_name, ''), o.state, -1 from old_rows o
-          ) d
-          group by 1, 2, 3
-          having sum(d.delta) <> 0
-          order by 1, 2, 3
-          on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
-          return null;
-        end;
-        $fn$`);
+      // Transition tables exist only for their own event: one function per event, each adding
+      // +1 per new row and -1 per old row to its group's count.
+      const counted = {
+        inserted: `select n.task_identifier, n.queue_name, n.state, 1 as delta from new_rows n`,
+        deleted: `select o.task_identifier, o.queue_name, o.state, -1 as delta from old_rows o`,
+        updated: `select n.task_identifier, n.queue_name, n.state, 1 as delta from new_rows n
+                  union all select o.task_identifier, o.queue_name, o.state, -1 from old_rows o`,
+      };
+      for (const [event, rows] of Object.entries(counted)) {
+        await q.query(`
+          create or replace function ${s}.count_finished_jobs_${event}() returns trigger
+          language plpgsql as $fn$
+          begin
+            insert into ${s}.finished_counts as c (task_identifier, queue_name, state, slot, count)
+            select d.task_identifier, coalesce(d.queue_name, ''), d.state, pg_backend_pid() % 8, sum(d.delta)
+            from (${rows}) d
+            group by 1, 2, 3
+            having sum(d.delta) <> 0
+            order by 1, 2, 3 -- every statement locks count rows in one order: no deadlock between them
+            on conflict (task_identifier, queue_name, state, slot) do update set count = c.count + excluded.count;
+            return null;
+          end;
+          $fn$`);
+      }
       await q.query(`
         create or replace function ${s}.count_finished_jobs_truncated() returns trigger
         language plpgsql as $fn$

@@ -8,29 +8,34 @@ import { Column, Entity, PrimaryColumn } from 'typeorm';
  * Entities carry their schema in their metadata, so they are made per schema; make them
  * once per schema and share the result.
  */
+/** The columns `jobs` and `finished_jobs` share: TypeORM maps both entities' tables with them. */
+abstract class JobColumns {
+  @PrimaryColumn({ type: 'bigint' }) id!: string;
+  @Column({ name: 'task_identifier', type: 'text' }) taskIdentifier!: string;
+  @Column({ name: 'queue_name', type: 'text', nullable: true }) queueName!: string | null;
+  @Column({ type: 'jsonb' }) payload!: unknown;
+  @Column({ type: 'smallint' }) priority!: number;
+  @Column({ name: 'run_at', type: 'timestamptz' }) runAt!: Date;
+  @Column({ type: 'smallint' }) attempts!: number;
+  @Column({ name: 'max_attempts', type: 'smallint' }) maxAttempts!: number;
+  @Column({ name: 'last_error', type: 'text', nullable: true }) lastError!: string | null;
+  @Column({ type: 'text', nullable: true }) key!: string | null;
+  @Column({ type: 'text', array: true }) flags!: string[];
+  @Column({ type: 'jsonb', nullable: true }) progress!: unknown;
+  @Column({ type: 'jsonb', nullable: true }) errors!: unknown[] | null;
+  @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
+  @Column({ name: 'started_at', type: 'timestamptz', nullable: true }) startedAt!: Date | null;
+}
+
 export function createJobQueueEntities(schema = 'job_queue') {
+  /** Unfinished jobs. */
   @Entity({ schema, name: 'jobs', synchronize: false })
-  class JobEntity {
-    @PrimaryColumn({ type: 'bigint' }) id!: string;
-    @Column({ name: 'task_identifier', type: 'text' }) taskIdentifier!: string;
-    @Column({ name: 'queue_name', type: 'text', nullable: true }) queueName!: string | null;
-    @Column({ type: 'jsonb' }) payload!: unknown;
-    @Column({ type: 'smallint' }) priority!: number;
-    @Column({ name: 'run_at', type: 'timestamptz' }) runAt!: Date;
-    @Column({ type: 'smallint' }) attempts!: number;
-    @Column({ name: 'max_attempts', type: 'smallint' }) maxAttempts!: number;
-    @Column({ name: 'last_error', type: 'text', nullable: true }) lastError!: string | null;
-    @Column({ type: 'text', nullable: true }) key!: string | null;
+  class JobEntity extends JobColumns {
     @Column({ type: 'integer' }) revision!: number;
-    @Column({ type: 'text', array: true }) flags!: string[];
     @Column({ name: 'locked_at', type: 'timestamptz', nullable: true }) lockedAt!: Date | null;
     @Column({ name: 'locked_by', type: 'text', nullable: true }) lockedBy!: string | null;
-    @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
     @Column({ name: 'updated_at', type: 'timestamptz' }) updatedAt!: Date;
-    @Column({ name: 'started_at', type: 'timestamptz', nullable: true }) startedAt!: Date | null;
     @Column({ name: 'first_run_at', type: 'timestamptz', nullable: true }) firstRunAt!: Date | null;
-    @Column({ type: 'jsonb', nullable: true }) progress!: unknown;
-    @Column({ type: 'jsonb', nullable: true }) errors!: unknown[] | null;
     @Column({ name: 'cancel_requested_at', type: 'timestamptz', nullable: true }) cancelRequestedAt!: Date | null;
     @Column({ name: 'cancel_reason', type: 'text', nullable: true }) cancelReason!: string | null;
     @Column({ name: 'is_available', type: 'boolean', insert: false, update: false }) isAvailable!: boolean;
@@ -38,25 +43,10 @@ export function createJobQueueEntities(schema = 'job_queue') {
 
   /** Jobs that completed, failed for good or were cancelled, kept for their retention. */
   @Entity({ schema, name: 'finished_jobs', synchronize: false })
-  class FinishedJobEntity {
-    @PrimaryColumn({ type: 'bigint' }) id!: string;
-    @Column({ name: 'task_identifier', type: 'text' }) taskIdentifier!: string;
-    @Column({ name: 'queue_name', type: 'text', nullable: true }) queueName!: string | null;
-    @Column({ type: 'jsonb' }) payload!: unknown;
-    @Column({ type: 'smallint' }) priority!: number;
-    @Column({ name: 'run_at', type: 'timestamptz' }) runAt!: Date;
-    @Column({ type: 'smallint' }) attempts!: number;
-    @Column({ name: 'max_attempts', type: 'smallint' }) maxAttempts!: number;
-    @Column({ type: 'text', nullable: true }) key!: string | null;
-    @Column({ type: 'text', array: true }) flags!: string[];
+  class FinishedJobEntity extends JobColumns {
     @Column({ type: 'text' }) state!: 'completed' | 'failed' | 'cancelled';
     @Column({ type: 'jsonb', nullable: true }) result!: unknown;
-    @Column({ type: 'jsonb', nullable: true }) progress!: unknown;
-    @Column({ type: 'jsonb', nullable: true }) errors!: unknown[] | null;
-    @Column({ name: 'last_error', type: 'text', nullable: true }) lastError!: string | null;
     @Column({ name: 'worker_id', type: 'text', nullable: true }) workerId!: string | null;
-    @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
-    @Column({ name: 'started_at', type: 'timestamptz', nullable: true }) startedAt!: Date | null;
     @Column({ name: 'finished_at', type: 'timestamptz' }) finishedAt!: Date;
   }
 
