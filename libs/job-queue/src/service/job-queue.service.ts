@@ -116,8 +116,9 @@ export class JobQueueService {
    * Cancels a job. One that no worker holds is cancelled at once. For one a worker holds
    * (running, or claimed and about to start) the cancel is recorded in its row and its worker
    * told, in whatever process it runs: the handler's signal aborts with JQ_JOB_CANCELLED and
-   * the job ends cancelled, whatever the handler then does; the returned job then says
-   * `cancelRequestedAt`. A finished job cannot be cancelled: JQ_JOB_FINISHED.
+   * the job ends cancelled, whatever the handler then does. The job returned is read right
+   * after: still running (or waiting) with `cancelRequestedAt` set, or already cancelled if
+   * its worker was quick. A finished job cannot be cancelled: JQ_JOB_FINISHED.
    */
   async cancelJob(id: string, reason?: string): Promise<Job> {
     const [jobId] = validateJobIds([id]);
