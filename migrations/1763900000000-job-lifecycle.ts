@@ -1,6 +1,7 @@
 import type { QueryRunner } from 'typeorm';
 import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from '../libs/job-queue/src/migrate/ledger';
 import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
+import { keepFinished, tellFinished } from '../libs/job-queue/src/sql/lifecycle';
 
 /**
  * The job lifecycle: finished jobs are kept, with their results, for a retention period.
@@ -30,13 +31,11 @@ import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from '..
  */
 export function createJobLifecycleMigration(schema: string): new () => JobQueueMigration {
   const s = quoteIdentifier(schema);
-  const finished = finishedChannel(schema).replace(/'/g, "''");
   const cancel = cancelChannel(schema).replace(/'/g, "''");
   const jobs = jobsChannel(schema).replace(/'/g, "''");
-  /** The columns of finished_jobs taken from a jobs row `r`, in the order of FINISHED_COLUMNS below. */
-  const fromJob = (r: string) =>
-    `${r}.id, ${r}.task_identifier, ${r}.queue_name, ${r}.payload, ${r}.priority, ${r}.run_at, ${r}.attempts, ${r}.max_attempts, ${r}.key, ${r}.flags, ${r}.progress, ${r}.errors, ${r}.locked_by, ${r}.created_at, ${r}.started_at`;
-  const FINISHED_COLUMNS = `id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags, progress, errors, worker_id, created_at, started_at, state, last_error`;
+  // The insert into finished_jobs and the waiters' notification, as the library's own statements write them.
+  const keep = (source: string, columns: Parameters<typeof keepFinished>[2]) => keepFinished(s, source, columns);
+  const told = (source: string) => tellFinished(finishedChannel(schema), source);
 
   return class JobLifecycle1763900000000 implements JobQueueMigration {
     readonly name = 'JobLifecycle1763900000000';
@@ -149,14 +148,8 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
           with done as (
             delete from ${s}.jobs where id = any(complete_jobs.job_ids) and locked_at is null returning *
           ),
-          kept as (
-            insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
-            select ${fromJob('done')}, 'completed', null from done
-          ),
-          told as (
-            select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
-            from (select string_agg(id::text, ',') as ids from done) listed where ids is not null
-          )
+          kept as (${keep('done d', { state: `'completed'`, lastError: 'null', workerId: 'd.locked_by' })}),
+          told as (${told('done')})
           select done.* from done left join told on true
         $fn$`);
       await q.query(`
@@ -166,14 +159,12 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
           with done as (
             delete from ${s}.jobs where id = any(permanently_fail_jobs.job_ids) and locked_at is null returning *
           ),
-          kept as (
-            insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
-            select ${fromJob('done')}, 'failed', coalesce(permanently_fail_jobs.error_message, 'Manually marked as failed') from done
-          ),
-          told as (
-            select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
-            from (select string_agg(id::text, ',') as ids from done) listed where ids is not null
-          )
+          kept as (${keep('done d', {
+            state: `'failed'`,
+            lastError: `coalesce(permanently_fail_jobs.error_message, 'Manually marked as failed')`,
+            workerId: 'd.locked_by',
+          })}),
+          told as (${told('done')})
           select done.* from done left join told on true
         $fn$`);
 
@@ -184,7 +175,7 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
           with removed as (
             delete from ${s}.jobs where key = remove_job.job_key and locked_at is null returning *
           ),
-          told as (select pg_notify('${finished}', removed.id::text) from removed)
+          told as (${told('removed')})
           select removed.* from removed left join told on true
         $fn$`);
 
@@ -199,6 +190,7 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
         declare
           v_job ${s}.jobs;
           v_state text;
+          v_told integer;
         begin
           select * into v_job from ${s}.jobs j where j.id = cancel_job.job_id for update;
           if not found then
@@ -219,10 +211,12 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
             return;
           end if;
           if v_job.locked_at is null then
-            delete from ${s}.jobs j where j.id = v_job.id;
-            insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
-            select ${fromJob('v_job')}, 'cancelled', 'JQ_JOB_CANCELLED: ' || coalesce(cancel_job.reason, 'cancelled');
-            perform pg_notify('${finished}', v_job.id::text);
+            with cancelled as (
+              delete from ${s}.jobs j where j.id = v_job.id returning j.*, cancel_job.reason as cancel_reason_given
+            ),
+            kept as (${keep('cancelled c', { state: `'cancelled'`, lastError: `'JQ_JOB_CANCELLED: ' || coalesce(c.cancel_reason_given, 'cancelled')`, workerId: 'null' })}),
+            notified as (${told('cancelled')})
+            select count(*) into v_told from notified;
             return query select 'cancelled'::text, 'cancelled'::text;
             return;
           end if;

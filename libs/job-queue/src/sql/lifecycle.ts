@@ -8,7 +8,6 @@
 
 export const JOB_STATES = ['waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'] as const;
 export type JobState = (typeof JOB_STATES)[number];
-export const ACTIVE_STATES = ['waiting', 'scheduled', 'running', 'retrying'] as const;
 export const FINISHED_STATES = ['completed', 'failed', 'cancelled'] as const;
 
 /**
@@ -26,17 +25,11 @@ export const activeState = (j: string) => `case
     else 'waiting'
   end`;
 
-/** Each state of `jobs` as a condition the planner can use (locked jobs through jobs_locked_by_idx). */
-const ACTIVE_CONDITION: Record<JobState, string> = {
-  running: `j.locked_by is not null and j.started_at is not null`,
-  waiting: `((j.locked_by is not null and j.started_at is null)
-    or (j.locked_at is null and j.cancel_requested_at is null and j.attempts = 0 and j.run_at <= now()))`,
-  scheduled: `j.locked_at is null and j.cancel_requested_at is null and j.attempts = 0 and j.run_at > now()`,
-  retrying: `j.locked_at is null and j.cancel_requested_at is null and j.attempts > 0 and j.attempts < j.max_attempts`,
-  failed: `j.locked_at is null and j.cancel_requested_at is null and j.attempts >= j.max_attempts`,
-  cancelled: `j.locked_at is null and j.cancel_requested_at is not null`,
-  completed: 'false',
-};
+/**
+ * One state of `jobs` as a list's condition: activeState itself, so the two never disagree;
+ * running jobs are held ones, which jobs_locked_by_idx finds without walking the backlog.
+ */
+const activeCondition = (state: JobState) => `${state === 'running' ? 'j.locked_by is not null and ' : ''}${activeState('j')} = '${state}'`;
 
 /** A row of `jobs` as a job read: the columns of JobRow. */
 const activeColumns = (j: string) => `
@@ -89,7 +82,7 @@ export function createLifecycleQueries(s: string) {
   /** $1 task or null, $2 queue or null, $3 cursor id or null, $4 limit. Newest first. */
   const listActive = (state: JobState | null) => `
     select ${activeColumns('j')} from ${s}.jobs j
-    where ${state ? ACTIVE_CONDITION[state] : 'true'}
+    where ${state ? activeCondition(state) : 'true'}
       and ($1::text is null or j.task_identifier = $1) and ($2::text is null or j.queue_name = $2)
       and j.id < coalesce($3::bigint, ${MAX_BIGINT})
     order by j.id desc
@@ -167,29 +160,10 @@ export function createLifecycleQueries(s: string) {
 
 /** The listing statements for a state (null: every unfinished job, then every finished one), for one task or any. */
 export function listStatements(state: JobState | null, ofTask: boolean): { active?: ListStatement; finished?: ListStatement } {
-  const { active, finished } = listStatementsOfState(state);
-  return { active, finished: finished && ofTask ? (`${finished}OfTask` as ListStatement) : finished };
-}
-
-function listStatementsOfState(state: JobState | null): { active?: ListStatement; finished?: ListStatement } {
-  switch (state) {
-    case null:
-      return { active: 'listJobsActive', finished: 'listJobsFinished' };
-    case 'waiting':
-      return { active: 'listJobsWaiting' };
-    case 'scheduled':
-      return { active: 'listJobsScheduled' };
-    case 'running':
-      return { active: 'listJobsRunning' };
-    case 'retrying':
-      return { active: 'listJobsRetrying' };
-    case 'completed':
-      return { finished: 'listJobsCompleted' };
-    case 'failed':
-      return { finished: 'listJobsFailed' };
-    case 'cancelled':
-      return { finished: 'listJobsCancelled' };
-  }
+  const ofTaskIf = (name: string) => (ofTask ? `${name}OfTask` : name) as ListStatement;
+  if (state === null) return { active: 'listJobsActive', finished: ofTaskIf('listJobsFinished') };
+  const name = `listJobs${state[0].toUpperCase()}${state.slice(1)}`;
+  return (FINISHED_STATES as readonly JobState[]).includes(state) ? { finished: ofTaskIf(name) } : { active: name as ListStatement };
 }
 
 export type ListStatement = Extract<keyof ReturnType<typeof createLifecycleQueries>, `listJobs${string}`>;

@@ -86,19 +86,21 @@ export class ReleaseBatcher {
   ) {}
 
   complete(completion: Completion): void {
-    this.started.delete(completion.id);
-    completion.progress ??= this.progress.get(completion.id);
-    this.progress.delete(completion.id);
-    this.completed.push(completion);
+    this.completed.push(this.finishing(completion));
     this.schedule();
   }
 
   fail(failure: Failure): void {
-    this.started.delete(failure.id);
-    failure.progress ??= this.progress.get(failure.id);
-    this.progress.delete(failure.id);
-    this.failed.push(failure);
+    this.failed.push(this.finishing(failure));
     this.schedule();
+  }
+
+  /** A finishing job needs no start mark, and takes its unwritten progress along to its own row. */
+  private finishing<Job extends Completion | Failure>(job: Job): Job {
+    this.started.delete(job.id);
+    job.progress ??= this.progress.get(job.id);
+    this.progress.delete(job.id);
+    return job;
   }
 
   /** Records a running job's progress (JSON text) for the next flush; the caller throttles. */
