@@ -3,6 +3,7 @@ import { validateSchemaName } from '../libs/job-queue/src/sql/identifier';
 import { createJobTablesMigration } from './1763700000000-create-job-tables';
 import { createRecoveryAndQueueOrderMigration } from './1763800000000-recovery-and-queue-order';
 import { createJobLifecycleMigration } from './1763900000000-job-lifecycle';
+import { createOperationsMigration } from './1764000000000-operations';
 
 /**
  * The migrations for a schema, oldest first. The module runs them itself at startup
@@ -11,7 +12,12 @@ import { createJobLifecycleMigration } from './1763900000000-job-lifecycle';
  */
 export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => MigrationInterface> {
   validateSchemaName(schema);
-  return [createJobTablesMigration(schema), createRecoveryAndQueueOrderMigration(schema), createJobLifecycleMigration(schema)];
+  return [
+    createJobTablesMigration(schema),
+    createRecoveryAndQueueOrderMigration(schema),
+    createJobLifecycleMigration(schema),
+    createOperationsMigration(schema),
+  ];
 }
 
 /** The migrations for the default schema `job_queue`. */

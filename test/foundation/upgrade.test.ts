@@ -11,6 +11,8 @@ import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000'];
 const NEW_MIGRATION = 'JobLifecycle1763900000000';
+/** The migration after it, which this test applies too (upgrade-operations.test.ts tests its own upgrade). */
+const LATER_MIGRATIONS = ['Operations1764000000000'];
 /** How long the old worker's two `sleep` jobs run: they must outlast the new app's boot and migration. */
 const SLEEP_MS = 4_000;
 /** The unnamed `record` jobs added before the upgrade come due one by one over this long, so that both versions run them. */
@@ -188,7 +190,7 @@ describe('upgrading a populated database while workers of the previous version r
     const bootMs = Date.now() - bootStarted;
     const newId = t.worker.workerId;
     const ledger = await q<{ name: string; applied_at: Date }>('select name, applied_at from job_queue.migrations order by id');
-    assert.deepEqual(ledger.map((row) => row.name), [...OLD_MIGRATIONS, NEW_MIGRATION]);
+    assert.deepEqual(ledger.map((row) => row.name), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
     const migratedAt = ledger[2].applied_at;
     // the sleeps were still running when the migration was done
     const held = await q<{ id: string; locked_by: string }>('select id::text, locked_by from job_queue.jobs j where j.id = any($1::bigint[]) order by j.id', [sleeps]);
@@ -368,7 +370,7 @@ describe('upgrading a populated database while workers of the previous version r
 
       const booted = await booting;
       assert.ok(!(booted instanceof Error), `the new app started: ${booted instanceof Error ? booted.message : ''}`);
-      assert.deepEqual(await migrationNames(sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);
+      assert.deepEqual(await migrationNames(sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
       assert.deepEqual((await jobQueueSchema(sql)).invalidIndexes, [], 'no index is left invalid');
     } finally {
       await holder.end();

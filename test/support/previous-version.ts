@@ -1,6 +1,6 @@
 /**
- * The previous version of the library, for upgrade tests: the package as it was at commit
- * PREVIOUS_VERSION, packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
+ * A previous version of the library, for upgrade tests: the package as it was at commit
+ * PREVIOUS_VERSION (or LIFECYCLE_VERSION), packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
  * test/fixtures/pack-previous-version.sh and kept in the repository, installed into an app
  * folder of its own without the network; and worker processes of the app
  * test/fixtures/old-worker.js running on it (see that file for its tasks and commands).
@@ -16,6 +16,8 @@ import type { Exit } from './worker-processes';
 
 /** The last commit before migration JobLifecycle1763900000000 (it has CreateJobTables1763700000000 and RecoveryAndQueueOrder1763800000000). */
 export const PREVIOUS_VERSION = 'be5c87e';
+/** The last commit before migration Operations1764000000000 (it also has JobLifecycle1763900000000). */
+export const LIFECYCLE_VERSION = '38ce51d';
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
 const fixtures = join(root, 'test', 'fixtures');
@@ -32,13 +34,13 @@ export interface PreviousVersionApp {
  * entry of the repository's node_modules linked beside it, so that the old library loads
  * the same @nestjs/*, typeorm, pg and cron as the new code, as one deployed app would.
  */
-export function installPreviousVersion(): PreviousVersionApp {
-  const dir = mkdtempSync(join(tmpdir(), `jq-previous-${PREVIOUS_VERSION}-`));
+export function installPreviousVersion(version = PREVIOUS_VERSION): PreviousVersionApp {
+  const dir = mkdtempSync(join(tmpdir(), `jq-previous-${version}-`));
   try {
     const modules = join(dir, 'node_modules');
     const pkg = join(modules, 'nestjs-job-queue');
     mkdirSync(pkg, { recursive: true });
-    const tarball = join(fixtures, `nestjs-job-queue-${PREVIOUS_VERSION}.tgz`);
+    const tarball = join(fixtures, `nestjs-job-queue-${version}.tgz`);
     const tar = spawnSync('tar', ['-xzf', tarball, '-C', pkg, '--strip-components=1'], { encoding: 'utf8' });
     if (tar.status !== 0) throw new Error(`could not unpack ${tarball}: ${tar.error?.message ?? tar.stderr}`);
     for (const entry of readdirSync(join(root, 'node_modules'))) {

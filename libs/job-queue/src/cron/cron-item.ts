@@ -9,6 +9,9 @@ export interface CronItem {
   identifier: string;
   /** The task its jobs run. */
   task: string;
+  /** The cron expression, and the time zone its ticks are read in (an IANA name or `UTC+hh:mm`). */
+  expression: string;
+  timeZone: string;
   payload: Record<string, unknown>;
   queueName?: string;
   priority?: number;
@@ -88,6 +91,8 @@ export function createCronItem(spec: CronItemSpec): CronItem {
   return {
     identifier: spec.identifier,
     task: spec.task,
+    expression: spec.expression,
+    timeZone: zone,
     payload: spec.payload ?? {},
     queueName: spec.queueName,
     priority: spec.priority,

@@ -52,7 +52,8 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     if (this.items.length === 0) return;
     this.stopped = false;
     const bootedAt = new Date();
-    await this.db.run('registerCrontabs', [this.items.map((item) => item.identifier)]);
+    const items = this.items;
+    await this.db.run('registerCrontabs', [items.map((i) => i.identifier), items.map((i) => i.task), items.map((i) => i.expression), items.map((i) => i.timeZone)]);
     for (const item of this.items) {
       if (item.backfillMs > 0) await this.backfill(item, bootedAt);
       this.cursors.set(item.identifier, bootedAt);

@@ -62,6 +62,10 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @PrimaryColumn({ type: 'text' }) identifier!: string;
     @Column({ name: 'known_since', type: 'timestamptz' }) knownSince!: Date;
     @Column({ name: 'last_execution', type: 'timestamptz', nullable: true }) lastExecution!: Date | null;
+    @Column({ name: 'task_identifier', type: 'text', nullable: true }) taskIdentifier!: string | null;
+    @Column({ type: 'text', nullable: true }) expression!: string | null;
+    @Column({ name: 'time_zone', type: 'text', nullable: true }) timeZone!: string | null;
+    @Column({ name: 'registered_at', type: 'timestamptz', nullable: true }) registeredAt!: Date | null;
   }
 
   @Entity({ schema, name: 'workers', synchronize: false })
@@ -70,6 +74,9 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @Column({ name: 'started_at', type: 'timestamptz' }) startedAt!: Date;
     @Column({ name: 'heartbeat_at', type: 'timestamptz' }) heartbeatAt!: Date;
     @Column({ name: 'timeout_ms', type: 'integer' }) timeoutMs!: number;
+    @Column({ type: 'text', nullable: true }) hostname!: string | null;
+    @Column({ type: 'integer', nullable: true }) pid!: number | null;
+    @Column({ type: 'integer', nullable: true }) concurrency!: number | null;
   }
 
   return { JobEntity, FinishedJobEntity, JobQueueEntity, KnownCrontabEntity, WorkerEntity };

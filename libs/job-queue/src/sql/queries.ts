@@ -243,11 +243,17 @@ export function createQueries(schema: string) {
              (select count(*) from told)::int as told, array(select id::text from busy) as busy,
              (select coalesce(json_agg(json_build_object('id', id::text, 'reason', cancel_reason)), '[]') from finished where state = 'cancelled') as cancelled`,
 
-    /** Records schedules seen for the first time: backfill never reaches before known_since. $1 identifiers */
+    /**
+     * Records this process's schedules: known_since once, when a schedule is first seen
+     * (backfill never reaches before it); the task, expression and time zone as this process
+     * declares them, for the dashboard. $1 identifiers, $2 tasks, $3 expressions, $4 time zones.
+     */
     registerCrontabs: `
-      insert into ${s}.known_crontabs (identifier, known_since)
-      select unnest($1::text[]), now()
-      on conflict (identifier) do nothing`,
+      insert into ${s}.known_crontabs as k (identifier, known_since, task_identifier, expression, time_zone, registered_at)
+      select identifier, now(), task, expression, time_zone, now()
+      from unnest($1::text[], $2::text[], $3::text[], $4::text[]) as c(identifier, task, expression, time_zone)
+      on conflict (identifier) do update set task_identifier = excluded.task_identifier, expression = excluded.expression,
+        time_zone = excluded.time_zone, registered_at = excluded.registered_at`,
 
     /** Locks a schedule's row for its backfill, so that no replica's live tick overtakes it. $1 identifier */
     lockCrontab: `select known_since, last_execution from ${s}.known_crontabs where identifier = $1 for update`,

@@ -7,9 +7,12 @@ import { cancelledError, keepFinished, tellFinished } from './lifecycle';
  */
 export function createWorkerQueries(s: string, channel: string, finished: string) {
   return {
-    /** $1 worker id, $2 its timeout in ms (how long the sweep waits after its last heartbeat) */
+    /**
+     * $1 worker id, $2 its timeout in ms (how long the sweep waits after its last heartbeat),
+     * $3 host name, $4 process id, $5 concurrency: for the dashboard's list of workers.
+     */
     registerWorker: `
-      insert into ${s}.workers (id, timeout_ms) values ($1, $2)
+      insert into ${s}.workers (id, timeout_ms, hostname, pid, concurrency) values ($1, $2, $3, $4, $5)
       on conflict (id) do update set heartbeat_at = now(), timeout_ms = excluded.timeout_ms`,
 
     /**

@@ -177,7 +177,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
 
   /** Inserts this worker's row (claims require it) and starts its heartbeats. */
   private async register(): Promise<void> {
-    await this.runPinned('registerWorker', [this.id, this.db.options.workerTimeout]);
+    await this.runPinned('registerWorker', [this.id, this.db.options.workerTimeout, hostname(), process.pid, this.db.options.concurrency]);
     this.registered = true;
     clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.db.options.heartbeatInterval);

@@ -1,0 +1,85 @@
+import type { QueryRunner } from 'typeorm';
+import { applyOnce, forget, type JobQueueMigration } from '../libs/job-queue/src/migrate/ledger';
+import { quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
+
+/**
+ * What operators look at: the dashboard, health and telemetry.
+ *
+ * - `workers.hostname`, `workers.pid`, `workers.concurrency`: which process a worker row is,
+ *   so that any replica can list every worker.
+ * - `known_crontabs.task_identifier`, `expression`, `time_zone`, `registered_at`: a schedule as
+ *   the last replica that started with it declared it, so that any replica can show every
+ *   schedule with its next tick, and a schedule no replica declares any more shows as stale.
+ * - `jobs.trace_context`: the W3C trace context of the span that added the job
+ *   (`{traceparent, tracestate}`), for the consumer span to link to. Null without telemetry.
+ * - `add_job_traced()`: add_job, then the trace context on the row it returns (a job replaced
+ *   under its key carries its latest add's). A wrapper rather than a tenth parameter of
+ *   add_job, whose body stays as it is.
+ *
+ * By the rules in docs/maintainers.md: columns are added without defaults (no rewrite), each
+ * step commits on its own with a lock timeout (outside a transaction), and every step can run again.
+ */
+export function createOperationsMigration(schema: string): new () => JobQueueMigration {
+  const s = quoteIdentifier(schema);
+
+  return class Operations1764000000000 implements JobQueueMigration {
+    readonly name = 'Operations1764000000000';
+    readonly outsideTransaction = true;
+
+    async up(q: QueryRunner): Promise<void> {
+      await applyOnce(q, schema, this.name, () => this.apply(q), { outsideTransaction: true });
+    }
+
+    private async apply(q: QueryRunner): Promise<void> {
+      await q.query(`
+        alter table ${s}.workers
+          add column if not exists hostname text,
+          add column if not exists pid integer,
+          add column if not exists concurrency integer`);
+      await q.query(`
+        alter table ${s}.known_crontabs
+          add column if not exists task_identifier text,
+          add column if not exists expression text,
+          add column if not exists time_zone text,
+          add column if not exists registered_at timestamptz`);
+      await q.query(`alter table ${s}.jobs add column if not exists trace_context jsonb`);
+      await q.query(`
+        create or replace function ${s}.add_job_traced(
+          identifier text,
+          payload jsonb,
+          queue_name text,
+          run_at timestamptz,
+          max_attempts integer,
+          job_key text,
+          priority integer,
+          flags text[],
+          job_key_mode text,
+          trace_context jsonb
+        ) returns ${s}.jobs
+        language plpgsql volatile as $fn$
+        declare
+          v_job ${s}.jobs;
+          v_traced ${s}.jobs;
+        begin
+          v_job := ${s}.add_job(identifier, payload, queue_name, run_at, max_attempts, job_key, priority, flags, job_key_mode);
+          -- a job replaced under its key carries the trace of its latest add
+          update ${s}.jobs j set trace_context = add_job_traced.trace_context where j.id = v_job.id
+            returning * into v_traced;
+          if found then return v_traced; end if;
+          return v_job;
+        end
+        $fn$`);
+    }
+
+    async down(q: QueryRunner): Promise<void> {
+      await q.query(`
+        drop function if exists ${s}.add_job_traced(text, jsonb, text, timestamptz, integer, text, integer, text[], text, jsonb)`);
+      await q.query(`alter table ${s}.jobs drop column if exists trace_context`);
+      await q.query(`
+        alter table ${s}.known_crontabs drop column if exists task_identifier, drop column if exists expression,
+          drop column if exists time_zone, drop column if exists registered_at`);
+      await q.query(`alter table ${s}.workers drop column if exists hostname, drop column if exists pid, drop column if exists concurrency`);
+      await forget(q, schema, this.name);
+    }
+  };
+}
