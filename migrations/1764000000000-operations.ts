@@ -1,5 +1,5 @@
 import type { QueryRunner } from 'typeorm';
-import { applyOnce, forget, type JobQueueMigration } from '../libs/job-queue/src/migrate/ledger';
+import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from '../libs/job-queue/src/migrate/ledger';
 import { quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
 
 /**
@@ -10,14 +10,16 @@ import { quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
  * - `known_crontabs.task_identifier`, `expression`, `time_zone`, `registered_at`: a schedule as
  *   the last replica that started with it declared it, so that any replica can show every
  *   schedule with its next tick, and a schedule no replica declares any more shows as stale.
+ * - `finished_jobs_key_idx`: the dashboard finds the jobs that had a key (partial: keyed jobs only).
  * - `jobs.trace_context`: the W3C trace context of the span that added the job
  *   (`{traceparent, tracestate}`), for the consumer span to link to. Null without telemetry.
  * - `add_job_traced()`: add_job, then the trace context on the row it returns (a job replaced
  *   under its key carries its latest add's). A wrapper rather than a tenth parameter of
  *   add_job, whose body stays as it is.
  *
- * By the rules in docs/maintainers.md: columns are added without defaults (no rewrite), each
- * step commits on its own with a lock timeout (outside a transaction), and every step can run again.
+ * By the rules in docs/maintainers.md: columns are added without defaults (no rewrite), the index
+ * is built concurrently, each step commits on its own with a lock timeout (outside a
+ * transaction), and every step can run again.
  */
 export function createOperationsMigration(schema: string): new () => JobQueueMigration {
   const s = quoteIdentifier(schema);
@@ -27,10 +29,10 @@ export function createOperationsMigration(schema: string): new () => JobQueueMig
     readonly outsideTransaction = true;
 
     async up(q: QueryRunner): Promise<void> {
-      await applyOnce(q, schema, this.name, () => this.apply(q), { outsideTransaction: true });
+      await applyOnce(q, schema, this.name, (context) => this.apply(q, context), { outsideTransaction: true });
     }
 
-    private async apply(q: QueryRunner): Promise<void> {
+    private async apply(q: QueryRunner, context: MigrationContext): Promise<void> {
       await q.query(`
         alter table ${s}.workers
           add column if not exists hostname text,
@@ -43,6 +45,8 @@ export function createOperationsMigration(schema: string): new () => JobQueueMig
           add column if not exists time_zone text,
           add column if not exists registered_at timestamptz`);
       await q.query(`alter table ${s}.jobs add column if not exists trace_context jsonb`);
+      // Built concurrently: every completion inserts into finished_jobs.
+      await createIndex(q, context, schema, 'finished_jobs_key_idx', `finished_jobs (key) where key is not null`);
       await q.query(`
         create or replace function ${s}.add_job_traced(
           identifier text,
@@ -72,6 +76,7 @@ export function createOperationsMigration(schema: string): new () => JobQueueMig
     }
 
     async down(q: QueryRunner): Promise<void> {
+      await dropIndex(q, { concurrently: !q.isTransactionActive }, schema, 'finished_jobs_key_idx');
       await q.query(`
         drop function if exists ${s}.add_job_traced(text, jsonb, text, timestamptz, integer, text, integer, text[], text, jsonb)`);
       await q.query(`alter table ${s}.jobs drop column if exists trace_context`);

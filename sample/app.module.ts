@@ -1,8 +1,10 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { JobQueueEntities, JobQueueModule } from '../libs/job-queue/src';
+import { JobQueueDashboardModule } from '../libs/job-queue/src/dashboard';
 import { EmailTasks } from './email.tasks';
 import { ExportTasks } from './export.tasks';
+import { LocalOnlyGuard } from './local-only.guard';
 import { ReportTasks } from './report.tasks';
 import { User } from './user.entity';
 import { UsersController } from './users.controller';
@@ -20,6 +22,8 @@ import { UsersController } from './users.controller';
     }),
     // finished jobs are kept (with results) for a day, failed and cancelled ones for a week: the defaults
     JobQueueModule.forRoot({ concurrency: 5, retention: { completed: '1d', failed: '7d', cancelled: '7d' } }),
+    // the dashboard at /dashboard, for requests from this machine only
+    JobQueueDashboardModule.forRoot({ path: 'dashboard', guard: LocalOnlyGuard }),
   ],
   providers: [EmailTasks, ExportTasks, ReportTasks],
   controllers: [UsersController],

@@ -17,6 +17,8 @@ export interface TestAppOptions {
   typeOrm?: { migrations?: Function[]; migrationsRun?: boolean; migrationsTransactionMode?: 'all' | 'none' | 'each'; extra?: Record<string, unknown> };
   /** Where Nest logs go (default: nowhere, or the console with TEST_LOGS set). */
   logger?: LoggerService;
+  /** An HTTP app listening on a free port of 127.0.0.1 (Express), rather than an application context. */
+  http?: { controllers?: Type[]; globalPrefix?: string };
 }
 
 export interface TestApp {
@@ -24,6 +26,8 @@ export interface TestApp {
   jobs: JobQueueService;
   worker: JobQueueWorker;
   dataSource: DataSource;
+  /** With `http`: where it listens, e.g. http://127.0.0.1:41234 */
+  url?: string;
   close(): Promise<void>;
 }
 
@@ -43,12 +47,25 @@ export async function createTestApp(options: TestAppOptions): Promise<TestApp> {
       ...(options.imports ?? []),
     ],
     providers: options.providers ?? [],
+    controllers: options.http?.controllers ?? [],
   })
   class TestAppModule {}
 
-  const app = await NestFactory.createApplicationContext(TestAppModule, { logger: options.logger ?? (process.env.TEST_LOGS ? undefined : false), abortOnError: false });
+  const settings = { logger: options.logger ?? (process.env.TEST_LOGS ? undefined : false), abortOnError: false } as const;
+  let app: INestApplicationContext;
+  let url: string | undefined;
+  if (options.http) {
+    const web = await NestFactory.create(TestAppModule, settings);
+    if (options.http.globalPrefix) web.setGlobalPrefix(options.http.globalPrefix);
+    await web.listen(0, '127.0.0.1');
+    url = (await web.getUrl()).replace('[::1]', '127.0.0.1');
+    app = web;
+  } else {
+    app = await NestFactory.createApplicationContext(TestAppModule, settings);
+  }
   return {
     app,
+    url,
     jobs: app.get(JobQueueService),
     worker: app.get(JobQueueWorker),
     dataSource: app.get(DataSource),

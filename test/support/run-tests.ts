@@ -9,6 +9,7 @@ import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../apps/embedded-postgres';
+import { chromiumPath, NO_BROWSER_MESSAGE } from './browser';
 
 function testFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -63,7 +64,11 @@ async function main(): Promise<number> {
 }
 
 main().then(
-  (code) => process.exit(code),
+  (code) => {
+    // said last, where it is seen: the spec reporter's "# SKIP" lines scroll away
+    if (!chromiumPath() && !process.env.CI) console.log(`\n${NO_BROWSER_MESSAGE}`);
+    process.exit(code);
+  },
   (error) => {
     console.error(error);
     process.exit(1);

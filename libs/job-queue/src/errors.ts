@@ -47,7 +47,11 @@ export type JobQueueErrorCode =
   | 'JQ_JOB_CANCELLED'
   | 'JQ_WAIT_TIMEOUT'
   | 'JQ_INVALID_STATE'
-  | 'JQ_INVALID_CURSOR';
+  | 'JQ_INVALID_CURSOR'
+  | 'JQ_JOB_RUNNING'
+  // the dashboard
+  | 'JQ_DASHBOARD_UNGUARDED'
+  | 'JQ_INVALID_DASHBOARD_OPTIONS';
 
 export class JobQueueError extends Error {
   override readonly name = 'JobQueueError';

@@ -16,6 +16,7 @@ import { ConfigurableJobQueueModule } from './job-queue.module-definition';
 @Module({
   imports: [DiscoveryModule],
   providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueService, JobQueueWorker, CronScheduler, JobQueueMaintenance],
-  exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance],
+  // JobQueueDatabase and TaskRegistry for the optional integrations (dashboard, health), not for apps
+  exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance, JobQueueDatabase, TaskRegistry],
 })
 export class JobQueueModule extends ConfigurableJobQueueModule {}

@@ -144,6 +144,34 @@ export class JobQueueService {
   }
 
   /**
+   * Retries every failed job of a task that retention still keeps, 1,000 per statement.
+   * Returns how many were retried (a job whose key a newer unfinished job holds is not).
+   */
+  async retryFailedJobs(task: string): Promise<number> {
+    validateTaskIdentifier(task);
+    let retried = 0;
+    let cursor: [string | null, string | null] = [null, null];
+    for (;;) {
+      const [page] = await this.db.run<RetryPage>('retryFailedOfTask', [task, ...cursor]);
+      retried += page.retried;
+      if (page.next_at === null) return retried;
+      cursor = [page.next_at, page.next_id];
+    }
+  }
+
+  /**
+   * Deletes a job, unfinished or finished, and tells its waiters (they get JQ_JOB_NOT_FOUND).
+   * A job a worker holds cannot be deleted (JQ_JOB_RUNNING: cancel it first); an unknown id
+   * gets JQ_JOB_NOT_FOUND.
+   */
+  async deleteJob(id: string): Promise<void> {
+    const [jobId] = validateJobIds([id]);
+    const [{ deleted, held }] = await this.db.run<{ deleted: number; held: boolean }>('deleteJob', [jobId]);
+    if (held) throw new JobQueueError('JQ_JOB_RUNNING', `job ${jobId} is held by a worker: cancel it first`);
+    if (deleted === 0) throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`);
+  }
+
+  /**
    * Waits until the job finishes: resolves with the completed job (its `result` included),
    * rejects with JQ_JOB_FAILED or JQ_JOB_CANCELLED (a JobEndedError carrying the job), with
    * JQ_WAIT_TIMEOUT after `timeout` (ms or a duration string; none by default), and with
@@ -307,4 +335,11 @@ function decodeCursor(text: string | null | undefined): Cursor | undefined {
   if (id && cursor.phase === 'active') return { phase: 'active', id };
   if (id && cursor.phase === 'finished' && typeof cursor.at === 'string' && !Number.isNaN(Date.parse(cursor.at))) return { phase: 'finished', at: cursor.at, id };
   throw bad();
+}
+
+/** One page of retryFailedJobs: how many it retried, and the cursor of the next (null after the last). */
+interface RetryPage {
+  retried: number;
+  next_at: string | null;
+  next_id: string | null;
 }

@@ -119,6 +119,16 @@ export function createLifecycleQueries(s: string) {
       union all
       select ${finishedColumns('f')} from ${s}.finished_jobs f where f.id = any($1::bigint[])`,
 
+    /** $1 key: the unfinished job with this key, then finished ones that had it, newest first (at most 50). */
+    getJobsByKey: `
+      select * from (
+        select ${activeColumns('j')} from ${s}.jobs j where j.key = $1
+        union all
+        (select ${finishedColumns('f')} from ${s}.finished_jobs f where f.key = $1 order by f.id desc limit 50)
+      ) keyed
+      order by finished_at desc nulls first, id desc
+      limit 50`,
+
     listJobsActive: listActive(null),
     listJobsWaiting: listActive('waiting'),
     listJobsScheduled: listActive('scheduled'),

@@ -1,6 +1,7 @@
 import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
 import { cancelledError, createLifecycleQueries, keepFinished, tellFinished } from './lifecycle';
 import { createMaintenanceQueries } from './maintenance';
+import { createOperationsQueries } from './operations';
 import { createWorkerQueries } from './workers';
 
 /**
@@ -279,6 +280,7 @@ export function createQueries(schema: string) {
     ...createLifecycleQueries(s),
     ...createWorkerQueries(s, channel, finished),
     ...createMaintenanceQueries(s, channel, finished),
+    ...createOperationsQueries(s, finished),
   };
 }
 

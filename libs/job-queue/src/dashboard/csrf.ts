@@ -1,0 +1,66 @@
+import { ForbiddenException } from '@nestjs/common';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+
+/**
+ * Cross-site request protection for the dashboard's actions (POST forms), double-submit
+ * style: a random token in a SameSite=Strict cookie, repeated in a hidden field of every
+ * form. A page on another site can make the browser send the cookie on a POST (not with
+ * Strict), but cannot read it to fill in the field. Any replica checks it without a secret
+ * of its own, so it works behind a load balancer. Requests marked cross-site by the browser
+ * (Sec-Fetch-Site) or from another origin are refused before that.
+ */
+export const CSRF_COOKIE = 'jq_dashboard_csrf';
+export const CSRF_FIELD = '_csrf';
+const TOKEN = /^[0-9a-f]{32}$/;
+
+export interface HttpRequest {
+  method: string;
+  url: string;
+  originalUrl?: string;
+  headers: Record<string, string | string[] | undefined>;
+  body?: unknown;
+}
+
+function header(request: HttpRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function cookie(request: HttpRequest, name: string): string | undefined {
+  for (const part of (header(request, 'cookie') ?? '').split(';')) {
+    const at = part.indexOf('=');
+    if (at > 0 && part.slice(0, at).trim() === name) return decodeURIComponent(part.slice(at + 1).trim());
+  }
+  return undefined;
+}
+
+/** The request's token, or a new one with the Set-Cookie header that stores it (for the paths under `base`). */
+export function csrfToken(request: HttpRequest, base: string): { token: string; setCookie?: string } {
+  const existing = cookie(request, CSRF_COOKIE);
+  if (existing && TOKEN.test(existing)) return { token: existing };
+  const token = randomBytes(16).toString('hex');
+  return { token, setCookie: `${CSRF_COOKIE}=${token}; Path=${base || '/'}; HttpOnly; SameSite=Strict` };
+}
+
+/** Throws 403 unless the POST comes from the dashboard's own page. */
+export function checkCsrf(request: HttpRequest): void {
+  const site = header(request, 'sec-fetch-site');
+  if (site !== undefined && site !== 'same-origin' && site !== 'none') throw new ForbiddenException('cross-site request refused');
+  const origin = header(request, 'origin');
+  if (origin !== undefined && origin !== 'null') {
+    let host: string | undefined;
+    try {
+      host = new URL(origin).host;
+    } catch {
+      host = undefined;
+    }
+    const own = header(request, 'x-forwarded-host') ?? header(request, 'host');
+    if (host !== own) throw new ForbiddenException('request from another origin refused');
+  }
+  const stored = cookie(request, CSRF_COOKIE);
+  const sent = (request.body as Record<string, unknown> | undefined)?.[CSRF_FIELD];
+  if (!stored || typeof sent !== 'string' || !TOKEN.test(stored) || sent.length !== stored.length) {
+    throw new ForbiddenException('missing or wrong form token: reload the page');
+  }
+  if (!timingSafeEqual(Buffer.from(stored), Buffer.from(sent))) throw new ForbiddenException('missing or wrong form token: reload the page');
+}

@@ -1,0 +1,145 @@
+import { Injectable } from '@nestjs/common';
+import { CronTime } from 'cron';
+import { JobQueueDatabase } from '../module/job-queue-database';
+import { toJob, type Job, type JobRow } from '../service/job';
+import { JobQueueService, type JobCountsReport } from '../service/job-queue.service';
+
+export interface MinuteCounts {
+  /** The minute's start, epoch ms. */
+  at: number;
+  completed: number;
+  failed: number;
+}
+
+export interface BlockedQueue {
+  queue: string;
+  headId: string;
+  task: string;
+  attempts: number;
+  maxAttempts: number;
+  lastError: string | null;
+  runAt: Date;
+  behind: number;
+}
+
+export interface WorkerView {
+  id: string;
+  hostname: string | null;
+  pid: number | null;
+  concurrency: number | null;
+  startedAt: Date;
+  heartbeatAt: Date;
+  timeoutMs: number;
+  running: string[];
+  runningCount: number;
+  prefetchedCount: number;
+  /** Its last heartbeat is older than its timeout: the sweep is about to declare it dead. */
+  late: boolean;
+}
+
+export interface ScheduleView {
+  identifier: string;
+  task: string | null;
+  expression: string | null;
+  timeZone: string | null;
+  knownSince: Date;
+  lastTick: Date | null;
+  nextTick: Date | null;
+  registeredAt: Date | null;
+}
+
+/** What the dashboard's pages read, beyond JobQueueService's lists and counts. */
+@Injectable()
+export class DashboardReader {
+  constructor(
+    private readonly db: JobQueueDatabase,
+    readonly jobs: JobQueueService,
+  ) {}
+
+  async overview(): Promise<{ counts: JobCountsReport; perMinute: MinuteCounts[]; blocked: BlockedQueue[] }> {
+    const [counts, minutes, blocked] = await Promise.all([
+      this.jobs.countJobs(),
+      this.db.run<{ minute: string; state: 'completed' | 'failed'; count: number }>('finishedPerMinute', []),
+      this.db.run<{ queue_name: string; head_id: string; task_identifier: string; attempts: number; max_attempts: number; last_error: string | null; run_at: Date; behind: number }>('blockedQueues', []),
+    ]);
+    // the last 60 minutes, the current one last, empty ones included
+    const now = Math.floor(Date.now() / 60_000) * 60_000;
+    const perMinute = Array.from({ length: 60 }, (_, n) => ({ at: now - (59 - n) * 60_000, completed: 0, failed: 0 }));
+    for (const row of minutes) {
+      const slot = perMinute.find((minute) => minute.at === Number(row.minute));
+      if (slot) slot[row.state] += row.count;
+    }
+    return {
+      counts,
+      perMinute,
+      blocked: blocked.map((row) => ({
+        queue: row.queue_name,
+        headId: row.head_id,
+        task: row.task_identifier,
+        attempts: row.attempts,
+        maxAttempts: row.max_attempts,
+        lastError: row.last_error,
+        runAt: row.run_at,
+        behind: row.behind,
+      })),
+    };
+  }
+
+  async workers(): Promise<WorkerView[]> {
+    const rows = await this.db.run<{
+      id: string; hostname: string | null; pid: number | null; concurrency: number | null; started_at: Date; heartbeat_at: Date;
+      timeout_ms: number; running: string[]; running_count: number; prefetched_count: number; now: Date;
+    }>('listWorkers', []);
+    return rows.map((row) => ({
+      id: row.id,
+      hostname: row.hostname,
+      pid: row.pid,
+      concurrency: row.concurrency,
+      startedAt: row.started_at,
+      heartbeatAt: row.heartbeat_at,
+      timeoutMs: row.timeout_ms,
+      running: row.running,
+      runningCount: row.running_count,
+      prefetchedCount: row.prefetched_count,
+      late: row.now.getTime() - row.heartbeat_at.getTime() > row.timeout_ms,
+    }));
+  }
+
+  async schedules(): Promise<ScheduleView[]> {
+    const rows = await this.db.run<{
+      identifier: string; task_identifier: string | null; expression: string | null; time_zone: string | null;
+      known_since: Date; last_execution: Date | null; registered_at: Date | null;
+    }>('listSchedules', []);
+    const now = new Date();
+    return rows.map((row) => ({
+      identifier: row.identifier,
+      task: row.task_identifier,
+      expression: row.expression,
+      timeZone: row.time_zone,
+      knownSince: row.known_since,
+      lastTick: row.last_execution,
+      nextTick: nextTick(row.expression, row.time_zone, row.last_execution && row.last_execution > now ? row.last_execution : now),
+      registeredAt: row.registered_at,
+    }));
+  }
+
+  /** The job with this id, or the jobs that have or had this key. */
+  async find(idOrKey: string): Promise<Job[]> {
+    const text = idOrKey.trim();
+    if (/^[1-9][0-9]{0,18}$/.test(text)) {
+      const job = await this.jobs.getJob(text).catch(() => null);
+      if (job) return [job];
+    }
+    return (await this.db.run<JobRow>('getJobsByKey', [text])).map((row) => toJob(row));
+  }
+}
+
+/** The schedule's next tick after `after`, as the cron scheduler computes it; null for a schedule of an older version (no expression stored). */
+function nextTick(expression: string | null, timeZone: string | null, after: Date): Date | null {
+  if (!expression) return null;
+  try {
+    return new CronTime(expression, timeZone ?? undefined).getNextDateFrom(after, timeZone ?? undefined).toJSDate();
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,33 @@
+import type { HttpRequest } from './csrf';
+
+/**
+ * Nothing but the app's own origin: no CDN, no frames, no form posts elsewhere. Inline style
+ * attributes are allowed (bar widths); inline scripts are not.
+ */
+export const HTML_HEADERS: Record<string, string> = {
+  'Content-Type': 'text/html; charset=utf-8',
+  'Content-Security-Policy': "default-src 'none'; style-src 'self' 'unsafe-inline'; script-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'self'; frame-ancestors 'none'",
+  'Cache-Control': 'no-store',
+  'Referrer-Policy': 'same-origin',
+  'X-Content-Type-Options': 'nosniff',
+  'X-Frame-Options': 'DENY',
+};
+
+/** Sets headers on an Express response or a Fastify reply. */
+export function setHeaders(response: unknown, headers: Record<string, string>): void {
+  const target = response as { setHeader?: (name: string, value: string) => void; header?: (name: string, value: string) => void };
+  for (const [name, value] of Object.entries(headers)) {
+    if (typeof target.setHeader === 'function') target.setHeader(name, value);
+    else target.header?.(name, value);
+  }
+}
+
+/**
+ * The dashboard's root path, from the request's own path less the route's last `depth`
+ * segments: so links hold whatever global prefix, path and versioning the app mounted it under.
+ */
+export function baseOf(request: HttpRequest, depth: number): string {
+  const path = (request.originalUrl ?? request.url).split('?')[0].replace(/\/+$/, '');
+  const segments = path.split('/');
+  return segments.slice(0, segments.length - depth).join('/');
+}

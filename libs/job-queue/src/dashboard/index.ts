@@ -1,0 +1,3 @@
+/** `nestjs-job-queue/dashboard`: the web dashboard, apart from the core. */
+export { JobQueueDashboardModule } from './dashboard.module';
+export type { JobQueueDashboardOptions } from './dashboard.options';

@@ -1,0 +1,100 @@
+import { tellFinished } from './lifecycle';
+
+/**
+ * The statements operators' tools read and act with: the dashboard, the health indicator and
+ * telemetry (all optional integrations, behind subpath exports; the SQL lives here so that
+ * each runs through JobQueueDatabase like every other statement). `s` is the quoted schema,
+ * `finished` the finished channel (waiters are told of a deleted job).
+ */
+export function createOperationsQueries(s: string, finished: string) {
+  return {
+    /**
+     * Completed and failed jobs per minute over the last hour: (minute as epoch ms, state,
+     * count), from finished_jobs_state_idx. Only what retention still keeps is counted.
+     */
+    finishedPerMinute: `
+      select (extract(epoch from date_trunc('minute', f.finished_at)) * 1000)::bigint::text as minute, f.state, count(*)::int as count
+      from ${s}.finished_jobs f
+      where f.state in ('completed', 'failed') and f.finished_at >= date_trunc('minute', now()) - interval '59 minutes'
+      group by 1, 2`,
+
+    /**
+     * Named queues held up behind a failing head: the queue's first job in queue order (as
+     * the claim sees it: due, or waiting for its retry) has failed at least once. With how
+     * many jobs wait behind it. At most 50, those with the most waiting first.
+     */
+    blockedQueues: `
+      select q.queue_name, h.id::text as head_id, h.task_identifier, h.attempts, h.max_attempts, h.last_error, h.run_at,
+             (select count(*) from ${s}.jobs w where w.queue_name = q.queue_name and w.is_available)::int - 1 as behind
+      from ${s}.job_queues q
+      cross join lateral (
+        select j.id, j.task_identifier, j.attempts, j.max_attempts, j.last_error, j.run_at
+        from ${s}.jobs j
+        where j.queue_name = q.queue_name and j.is_available and (j.run_at <= now() or j.attempts > 0)
+        order by j.priority, coalesce(j.first_run_at, j.run_at), j.id
+        limit 1
+      ) h
+      where h.attempts > 0
+      order by behind desc, q.queue_name
+      limit 50`,
+
+    /** Every worker row, oldest first, with the jobs it runs (ids, up to 20) and how many it holds prefetched. */
+    listWorkers: `
+      select w.id, w.hostname, w.pid, w.concurrency, w.started_at, w.heartbeat_at, w.timeout_ms,
+             array(select j.id::text from ${s}.jobs j where j.locked_by = w.id and j.started_at is not null order by j.id limit 20) as running,
+             (select count(*) from ${s}.jobs j where j.locked_by = w.id and j.started_at is not null)::int as running_count,
+             (select count(*) from ${s}.jobs j where j.locked_by = w.id and j.started_at is null)::int as prefetched_count,
+             now() as now
+      from ${s}.workers w
+      order by w.started_at, w.id`,
+
+    /** Every cron schedule any replica declared, with its last tick. */
+    listSchedules: `
+      select identifier, task_identifier, expression, time_zone, known_since, last_execution, registered_at
+      from ${s}.known_crontabs
+      order by identifier`,
+
+    /** The tasks that have finished jobs (from finished_counts: a few rows per task), for the dashboard's task filter. */
+    finishedTasks: `select distinct task_identifier from ${s}.finished_counts order by 1`,
+
+    /** Due jobs no worker holds: how many, and the age in seconds of the oldest (null when none). */
+    dueJobs: `
+      select count(*)::int as count, extract(epoch from now() - min(run_at))::float8 as oldest_age
+      from ${s}.jobs
+      where is_available and run_at <= now() and cancel_requested_at is null`,
+
+    /**
+     * $1 id: deletes the job unless a worker holds it (cancel it first), from whichever
+     * table has it, and tells its waiters. Returns `deleted` and `held`.
+     */
+    deleteJob: `
+      with gone as (
+        delete from ${s}.jobs where id = $1::bigint and locked_at is null returning id
+      ),
+      gone_finished as (
+        delete from ${s}.finished_jobs where id = $1::bigint returning id
+      ),
+      deleted as (select id from gone union all select id from gone_finished),
+      told as (${tellFinished(finished, 'deleted')})
+      select (select count(*) from deleted)::int as deleted, (select count(*) from told)::int as told,
+             exists (select 1 from ${s}.jobs where id = $1::bigint and locked_at is not null) as held`,
+
+    /**
+     * Retries a page of the failed jobs of task $1, newest first after the cursor
+     * ($2 finished_at as text, $3 id; nulls for the first page), 1,000 at a time. Returns
+     * how many were retried and the page's last key, null after the last page.
+     */
+    retryFailedOfTask: `
+      with page as materialized (
+        select f.id, f.finished_at from ${s}.finished_jobs f
+        where f.task_identifier = $1 and f.state = 'failed'
+          and (f.finished_at, f.id) < (coalesce($2::timestamptz, 'infinity'), coalesce($3::bigint, 9223372036854775807))
+        order by f.finished_at desc, f.id desc
+        limit 1000
+      ),
+      retried as (select r.id from ${s}.retry_jobs(array(select id from page)) r)
+      select (select count(*) from retried)::int as retried,
+             (select case when count(*) = 1000 then min(finished_at)::text end from page) as next_at,
+             (select id::text from page order by finished_at, id limit 1) as next_id`,
+  };
+}

@@ -1,0 +1,268 @@
+import assert from 'node:assert/strict';
+import { hostname } from 'node:os';
+import { after, before, describe, it, type TestContext } from 'node:test';
+import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Cron } from '@nestjs/schedule';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { isJobQueueError, Task, type Job, type JobContext } from '../../libs/job-queue/src';
+import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
+import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestAppContext } from '../support/app';
+import { launchBrowser, screenshotPath } from '../support/browser';
+import { waitForValue } from '../support/wait';
+
+/** The test's guard: operators carry the cookie `operator=yes`. */
+@Injectable()
+class OperatorGuard implements CanActivate {
+  canActivate(context: ExecutionContext): boolean {
+    const { headers } = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>();
+    return /(^|;\s*)operator=yes(;|$)/.test(headers.cookie ?? '');
+  }
+}
+
+const SECRET = 'hunter2-do-not-show';
+const state = { failing: true, cancelled: [] as string[] };
+
+@Injectable()
+class DashboardTasks {
+  /** Completes with a result that carries a token the dashboard must not show. */
+  @Task('issue_token')
+  issueToken(payload: { user: string; password: string }) {
+    return { user: payload.user, token: `${SECRET}-token` };
+  }
+
+  /** Fails (one attempt) while `state.failing`; completes once the test lets it. */
+  @Task('charge_card', { maxAttempts: 1 })
+  charge(payload: { card: string }) {
+    if (state.failing) throw Object.assign(new Error(`card ${payload.card.slice(-4)} declined`), { code: 'CARD_DECLINED' });
+    return { charged: true };
+  }
+
+  /** Runs until cancelled, reporting progress. */
+  @Task('long_export')
+  async longExport(_payload: unknown, ctx: JobContext) {
+    await ctx.progress(40);
+    await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
+    state.cancelled.push(ctx.job.id);
+    throw ctx.signal.reason;
+  }
+
+  @Task('nightly_report')
+  @Cron('0 3 * * *', { timeZone: 'Europe/Paris' })
+  nightlyReport() {
+    return null;
+  }
+}
+
+/** What `redact` hides: the password of issue_token's payload, and the token of its result. */
+function redact(job: Job): Job {
+  if (job.taskIdentifier !== 'issue_token') return job;
+  const payload = { ...(job.payload as Record<string, unknown>), password: '[redacted]' };
+  const result = job.result && { ...(job.result as Record<string, unknown>), token: '[redacted]' };
+  return { ...job, payload, result };
+}
+
+/**
+ * The dashboard in a real browser (headless Chromium), on an app listening on a port, as an
+ * operator uses it: overview, filter, open a job, retry it, cancel a running job; the cron
+ * and workers pages; and what a request the guard refuses, or a cross-site one, gets.
+ */
+describe('dashboard', () => {
+  let ctx: TestAppContext;
+  let browser: Browser | undefined;
+  let context: BrowserContext;
+  let page: Page;
+  let base: string;
+  const ids: Record<string, string> = {};
+
+  before(async () => {
+    ctx = await openTestApp('dashboard', {
+      providers: [DashboardTasks, OperatorGuard],
+      imports: [JobQueueDashboardModule.forRoot({ path: 'admin/jobs', guard: OperatorGuard, redact })],
+      http: { globalPrefix: 'api' },
+      jobQueue: { pollInterval: 200 },
+    });
+    base = `${ctx.t.url}/api/admin/jobs`;
+    const { jobs } = ctx.t;
+    ids.token = (await jobs.add('issue_token', { user: 'ada', password: SECRET })).id;
+    ids.charge = (await jobs.add('charge_card', { card: '4242424242424242' })).id;
+    ids.export = (await jobs.add('long_export', {})).id;
+    await jobs.waitForJob(ids.token, { timeout: '10s' });
+    await assert.rejects(jobs.waitForJob(ids.charge, { timeout: '10s' }), (error) => isJobQueueError(error, 'JQ_JOB_FAILED'));
+    await waitForValue(ctx.sql, 'the export to run', 'select count(*)::int from job_queue.jobs where id = $1 and started_at is not null', 1, [ids.export]);
+  });
+
+  after(async () => {
+    await browser?.close();
+    await closeTestApp(ctx);
+  });
+
+  /** A fresh browser context for the operator (the guard's cookie set), with the page's own dialogs accepted. */
+  async function openOperatorPage(t: TestContext): Promise<boolean> {
+    browser ??= await launchBrowser(t);
+    if (!browser) return false;
+    context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+    await context.addCookies([{ name: 'operator', value: 'yes', url: ctx.t.url! }]);
+    page = await context.newPage();
+    page.on('dialog', (dialog) => void dialog.accept());
+    // the pages reload themselves every 5 s: off, so that nothing moves under the test
+    await page.addInitScript("localStorage.setItem('jq-autorefresh', 'off')");
+    return true;
+  }
+
+  it('overview → failed jobs → a job → retry, checked in the database; a running job cancelled', async (t) => {
+    if (!(await openOperatorPage(t))) return;
+
+    // Overview: the counts by state and by task, as countJobs() has them
+    await page.goto(base);
+    const counts = await ctx.t.jobs.countJobs();
+    assert.deepEqual(
+      await page.locator('.cards .card').evaluateAll((cards) => cards.map((card) => [card.querySelector('.l')!.textContent, card.querySelector('.n')!.textContent])),
+      Object.entries(counts.byState).map(([name, n]) => [name, String(n)]),
+    );
+    assert.equal(counts.byState.failed, 1);
+    assert.equal(counts.byState.running, 1);
+    assert.match(await page.locator('section.tasks').innerText(), /charge_card/);
+    await page.screenshot({ path: screenshotPath('1-overview') });
+
+    // Jobs, filtered to failed ones through the form
+    await page.click('nav >> text=Jobs');
+    await page.selectOption('select[name=state]', 'failed');
+    await page.click('button:has-text("Filter")');
+    await page.waitForURL(/state=failed/);
+    const listed = await page.locator('table.jobs tbody tr').evaluateAll((rows) => rows.map((row) => row.getAttribute('data-job')));
+    assert.deepEqual(listed, [ids.charge], 'only the failed job is listed');
+    assert.match(await page.locator('table.jobs').innerText(), /card 4242 declined/);
+    await page.screenshot({ path: screenshotPath('2-jobs-failed') });
+
+    // The failed job: its attempt with the error and its code; then Retry
+    await page.click(`a[href="jobs/${ids.charge}"]`);
+    await page.waitForURL(new RegExp(`/jobs/${ids.charge}$`));
+    const attempts = await page.locator('section.attempts').innerText();
+    assert.match(attempts, /CARD_DECLINED/);
+    assert.match(attempts, /card 4242 declined/);
+    await page.screenshot({ path: screenshotPath('3-job-failed') });
+    state.failing = false;
+    await page.click('button:has-text("Retry")');
+    await page.waitForURL(/done=retried/);
+    assert.match(await page.locator('.flash').innerText(), /Job retried/);
+    // in the database: back in jobs, then completed by the worker
+    await waitForValue(ctx.sql, 'the retried job to complete', `select count(*)::int from job_queue.finished_jobs where id = $1 and state = 'completed'`, 1, [ids.charge]);
+    const [retried] = (await ctx.sql.query(`select attempts, jsonb_array_length(errors) as errors from job_queue.finished_jobs where id = $1`, [ids.charge])).rows;
+    assert.deepEqual(retried, { attempts: 1, errors: 1 }, 'the retry ran once more, its first failure kept');
+
+    // The running export: its progress, then Cancel (confirmed), which reaches its handler
+    await page.goto(`${base}/jobs/${ids.export}`);
+    assert.match(await page.locator('dl.facts').innerText(), /Running[\s\S]*40%/);
+    await page.screenshot({ path: screenshotPath('4-job-running') });
+    await page.click('button:has-text("Cancel")');
+    await page.waitForURL(/done=cancelled/);
+    await waitForValue(ctx.sql, 'the export to end cancelled', `select count(*)::int from job_queue.finished_jobs where id = $1 and state = 'cancelled'`, 1, [ids.export]);
+    assert.deepEqual(state.cancelled, [ids.export], "the running handler's signal aborted");
+    await page.reload();
+    assert.match(await page.locator('h1').innerText(), /cancelled/i);
+    assert.match(await page.locator('dl.facts').innerText(), /JQ_JOB_CANCELLED: cancelled from the dashboard/);
+    await page.screenshot({ path: screenshotPath('5-job-cancelled') });
+    await context.close();
+  });
+
+  it('redact hides what it should; cron and workers pages show every schedule and worker', async (t) => {
+    if (!(await openOperatorPage(t))) return;
+    await page.goto(`${base}/jobs/${ids.token}`);
+    const text = await page.locator('main').innerText();
+    assert.doesNotMatch(text, new RegExp(SECRET), 'neither the password nor the token is shown');
+    assert.match(await page.locator('pre.payload').innerText(), /"password": "\[redacted\]"/);
+    assert.match(await page.locator('pre.result').innerText(), /"token": "\[redacted\]"/);
+    assert.match(await page.locator('pre.payload').innerText(), /"user": "ada"/, 'the rest of the payload is shown');
+    await page.screenshot({ path: screenshotPath('6-job-redacted') });
+    // the list of jobs found by id shows no payload either
+    await page.goto(`${base}/jobs?q=${ids.token}`);
+    assert.doesNotMatch(await page.content(), new RegExp(SECRET));
+
+    await page.goto(`${base}/cron`);
+    const row = page.locator('tr[data-schedule="nightly_report"]');
+    const cells = await row.locator('td').allInnerTexts();
+    assert.deepEqual(cells.slice(0, 4), ['nightly_report', 'nightly_report', '0 3 * * *', 'Europe/Paris']);
+    const nextTick = new Date((await row.locator('td:nth-child(6) time').getAttribute('datetime'))!);
+    const paris = new Intl.DateTimeFormat('en-GB', { timeZone: 'Europe/Paris', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(nextTick);
+    assert.equal(paris, '03:00', `the next tick is 3:00 in Paris: ${nextTick.toISOString()}`);
+    assert.ok(nextTick.getTime() > Date.now() && nextTick.getTime() <= Date.now() + 86_400_000);
+    await page.screenshot({ path: screenshotPath('7-cron') });
+
+    await page.goto(`${base}/workers`);
+    const worker = page.locator(`tr[data-worker="${ctx.t.worker.workerId}"]`);
+    const workerCells = await worker.locator('td').allInnerTexts();
+    assert.equal(workerCells[2], String(process.pid));
+    assert.equal(workerCells[1], hostname());
+    await page.screenshot({ path: screenshotPath('8-workers') });
+    await context.close();
+  });
+
+  it('a request the guard refuses gets a 403 and no data; an action without the form token is refused', async () => {
+    for (const path of ['', '/jobs', `/jobs/${ids.token}`, '/workers', '/cron']) {
+      const response = await fetch(`${base}${path}`);
+      const body = await response.text();
+      assert.equal(response.status, 403, `GET ${path || '/'} without the operator cookie`);
+      assert.doesNotMatch(body, /issue_token|ada|hunter2|worker/i, `GET ${path || '/'} shows nothing`);
+    }
+    const refusedPost = await fetch(`${base}/jobs/${ids.token}/delete`, { method: 'POST' });
+    assert.equal(refusedPost.status, 403);
+
+    // the operator's cookie but no form token (a cross-site form cannot read it), or another origin
+    const cookie = 'operator=yes; jq_dashboard_csrf=0123456789abcdef0123456789abcdef';
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    const noToken = await fetch(`${base}/jobs/${ids.token}/delete`, { method: 'POST', headers: { ...form, cookie }, body: '' });
+    assert.equal(noToken.status, 403);
+    const otherSite = await fetch(`${base}/jobs/${ids.token}/delete`, {
+      method: 'POST',
+      headers: { ...form, cookie, origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' },
+      body: '_csrf=0123456789abcdef0123456789abcdef',
+    });
+    assert.equal(otherSite.status, 403);
+    assert.notEqual(await ctx.t.jobs.getJob(ids.token), null, 'the job was not deleted');
+
+    // with both, from the page's own origin: deleted
+    const deleted = await fetch(`${base}/jobs/${ids.token}/delete`, {
+      method: 'POST',
+      headers: { ...form, cookie, origin: ctx.t.url! },
+      body: '_csrf=0123456789abcdef0123456789abcdef',
+      redirect: 'manual',
+    });
+    assert.equal(deleted.status, 303);
+    assert.equal(deleted.headers.get('location'), `/api/admin/jobs/jobs?done=deleted&n=${ids.token}`);
+    assert.equal(await ctx.t.jobs.getJob(ids.token), null, 'the job was deleted');
+  });
+
+  it('readOnly hides the actions and refuses them; no guard and no public: true refuses to start', async () => {
+    assert.throws(() => JobQueueDashboardModule.forRoot({}), (error) => isJobQueueError(error, 'JQ_DASHBOARD_UNGUARDED'));
+    assert.throws(() => JobQueueDashboardModule.forRoot({ public: true, path: '../x' }), (error) => isJobQueueError(error, 'JQ_INVALID_DASHBOARD_OPTIONS'));
+    assert.throws(
+      () => JobQueueDashboardModule.forRoot({ guard: { nope: true } as unknown as CanActivate }),
+      (error) => isJobQueueError(error, 'JQ_INVALID_DASHBOARD_OPTIONS'),
+    );
+    let app: TestApp | undefined;
+    try {
+      app = await createTestApp({
+        url: ctx.db.url,
+        imports: [JobQueueDashboardModule.forRoot({ public: true, readOnly: true })],
+        http: {},
+        jobQueue: { worker: false, externalTasks: '*' },
+      });
+      const [failed] = (await ctx.t.jobs.addMany([{ identifier: 'charge_card', payload: { card: '1' }, runAt: new Date(Date.now() + 3_600_000) }]));
+      const page = await fetch(`${app.url}/queue/jobs/${failed.id}`);
+      assert.equal(page.status, 200);
+      const html = await page.text();
+      assert.match(html, /read-only/);
+      assert.doesNotMatch(html, /<form method="post"/, 'no action form');
+      const cookie = 'jq_dashboard_csrf=0123456789abcdef0123456789abcdef';
+      const post = await fetch(`${app.url}/queue/jobs/${failed.id}/cancel`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', cookie },
+        body: '_csrf=0123456789abcdef0123456789abcdef',
+      });
+      assert.equal(post.status, 403);
+      assert.equal((await ctx.t.jobs.getJob(failed.id))?.state, 'scheduled', 'the job was not cancelled');
+    } finally {
+      await app?.close();
+    }
+  });
+});

@@ -1,0 +1,45 @@
+/**
+ * Headless Chromium for the dashboard's tests: Debian's `chromium` package (apt-get install
+ * chromium; .ci/run installs it), driven by playwright-core, which downloads no browser of
+ * its own. CHROMIUM_PATH overrides where it is looked for. With CI set, a missing Chromium
+ * fails the run; elsewhere the tests are skipped with a message saying how to run them.
+ * Screenshots go to test-output/screenshots/ in the repository (kept out of git).
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { TestContext } from 'node:test';
+import { chromium, type Browser } from 'playwright-core';
+
+const CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter((path): path is string => !!path);
+
+export const SCREENSHOTS = resolve(__dirname, '..', '..', '..', 'test-output', 'screenshots');
+
+export const NO_BROWSER_MESSAGE =
+  'Chromium is not installed, so the browser tests did not run. Install it (apt-get install chromium, as .ci/run does, or set CHROMIUM_PATH) and run `npm test -- dashboard`.';
+
+export function chromiumPath(): string | undefined {
+  return CANDIDATES.find((path) => existsSync(path));
+}
+
+/**
+ * Launches Chromium, or returns undefined after marking the test skipped (outside CI). The flags:
+ * tests run as root (--no-sandbox), and this machine's closed network refuses Chromium's
+ * background connections, many at a time, unless they are off.
+ */
+export async function launchBrowser(t: TestContext): Promise<Browser | undefined> {
+  const executablePath = chromiumPath();
+  if (!executablePath) {
+    if (process.env.CI) throw new Error(`CI is set and ${NO_BROWSER_MESSAGE}`);
+    t.skip(NO_BROWSER_MESSAGE);
+    return undefined;
+  }
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  return chromium.launch({
+    executablePath,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}
+
+export function screenshotPath(name: string): string {
+  return join(SCREENSHOTS, `${name}.png`);
+}
