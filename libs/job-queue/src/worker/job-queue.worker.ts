@@ -41,6 +41,19 @@ const newWorkerId = () => `${hostname()}-${process.pid}-${randomUUID().slice(0, 
  * worker's pinned connection. If the row is gone, the cluster declared this worker dead and
  * gave its jobs to others: it drops them unwritten and rejoins under a new id (fence()).
  */
+/** What JobQueueWorker.status() reports. */
+export interface WorkerStatus {
+  /** Started and not stopping. */
+  running: boolean;
+  /** Its LISTEN connection is up (it hears new jobs and cancels at once). */
+  listening: boolean;
+  /** Its row exists as far as it knows (false while it rejoins after being declared dead). */
+  registered: boolean;
+  /** Its last successful heartbeat (or registration). */
+  lastHeartbeatAt: Date | null;
+  runningJobs: number;
+}
+
 @Injectable()
 export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private id = newWorkerId();
@@ -68,6 +81,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   /** The last claim found as many candidates as it asked for: more jobs may be waiting. */
   private moreMayBeWaiting = false;
   private registered = false;
+  /** When the worker's row last proved it alive (registration or heartbeat), epoch ms. */
+  private lastHeartbeatAt?: number;
   /** Fenced, and not registered under its new id yet. */
   private rejoining = false;
   private started = false;
@@ -154,6 +169,17 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     return this.running.size;
   }
 
+  /** For health checks: whether this worker runs, hears notifications, and proves itself alive. */
+  status(): WorkerStatus {
+    return {
+      running: this.started && !this.stopping,
+      listening: this.listener?.connection !== undefined,
+      registered: this.registered && !this.rejoining,
+      lastHeartbeatAt: this.lastHeartbeatAt === undefined ? null : new Date(this.lastHeartbeatAt),
+      runningJobs: this.running.size,
+    };
+  }
+
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
@@ -179,6 +205,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private async register(): Promise<void> {
     await this.runPinned('registerWorker', [this.id, this.db.options.workerTimeout, hostname(), process.pid, this.db.options.concurrency]);
     this.registered = true;
+    this.lastHeartbeatAt = Date.now();
     clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.db.options.heartbeatInterval);
   }
@@ -207,7 +234,10 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         this.fence(id);
         return;
       }
-      if (rows[0] && id === this.id) this.heardCancel(rows[0].cancelled);
+      if (rows[0] && id === this.id) {
+        this.lastHeartbeatAt = Date.now();
+        this.heardCancel(rows[0].cancelled);
+      }
       if (this.claimReplyLost && !this.stopping) {
         this.fetchChain = this.fetchChain.then(() => this.giveBackUnknown());
       }
