@@ -1,9 +1,12 @@
 import { Module } from '@nestjs/common';
+import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { JobQueueEntities, JobQueueModule } from '../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../libs/job-queue/src/dashboard';
+import { JobQueueHealthIndicator } from '../libs/job-queue/src/terminus';
 import { EmailTasks } from './email.tasks';
 import { ExportTasks } from './export.tasks';
+import { HealthController } from './health.controller';
 import { LocalOnlyGuard } from './local-only.guard';
 import { ReportTasks } from './report.tasks';
 import { User } from './user.entity';
@@ -24,8 +27,9 @@ import { UsersController } from './users.controller';
     JobQueueModule.forRoot({ concurrency: 5, retention: { completed: '1d', failed: '7d', cancelled: '7d' } }),
     // the dashboard at /dashboard, for requests from this machine only
     JobQueueDashboardModule.forRoot({ path: 'dashboard', guard: LocalOnlyGuard }),
+    TerminusModule,
   ],
-  providers: [EmailTasks, ExportTasks, ReportTasks],
-  controllers: [UsersController],
+  providers: [EmailTasks, ExportTasks, ReportTasks, JobQueueHealthIndicator],
+  controllers: [UsersController, HealthController],
 })
 export class AppModule {}

@@ -42,6 +42,7 @@ async function main() {
   const port = Number(process.env.PORT ?? 3000);
   await app.listen(port);
   logger.log(`Listening on http://localhost:${port} — POST /users {"email": "..."}, GET /jobs?state=completed, GET /jobs/counts, GET /jobs/:id, POST /jobs/:id/cancel`);
+  logger.log(`Dashboard: http://localhost:${port}/dashboard (from this machine only) — health: http://localhost:${port}/health`);
 
   // A first tour, without curl: a user and their welcome email in one transaction, and a serial queue.
   const users = app.get(UsersController);
