@@ -46,6 +46,12 @@ class DashboardTasks {
     throw ctx.signal.reason;
   }
 
+  /** A queue's head that keeps failing, retried in an hour: the queue is held up behind it. */
+  @Task('sync_crm', { queueName: 'crm', maxAttempts: 5, retryDelay: () => 3_600_000 })
+  syncCrm() {
+    throw new Error('CRM unavailable');
+  }
+
   @Task('nightly_report')
   @Cron('0 3 * * *', { timeZone: 'Europe/Paris' })
   nightlyReport() {
@@ -89,6 +95,10 @@ describe('dashboard', () => {
     await jobs.waitForJob(ids.token, { timeout: '10s' });
     await assert.rejects(jobs.waitForJob(ids.charge, { timeout: '10s' }), (error) => isJobQueueError(error, 'JQ_JOB_FAILED'));
     await waitForValue(ctx.sql, 'the export to run', 'select count(*)::int from job_queue.jobs where id = $1 and started_at is not null', 1, [ids.export]);
+    const [head, behind] = await jobs.addMany([{ identifier: 'sync_crm', payload: { n: 1 } }, { identifier: 'sync_crm', payload: { n: 2 } }]);
+    ids.crmHead = head.id;
+    ids.crmBehind = behind.id;
+    await waitForValue(ctx.sql, 'the head of queue crm to fail once', 'select attempts from job_queue.jobs where id = $1', 1, [head.id]);
   });
 
   after(async () => {
@@ -122,6 +132,11 @@ describe('dashboard', () => {
     assert.equal(counts.byState.failed, 1);
     assert.equal(counts.byState.running, 1);
     assert.match(await page.locator('section.tasks').innerText(), /charge_card/);
+    // the chart's totals are the finished jobs of the last hour; the held-up queue names its head
+    assert.match(await page.locator('.chart .legend').innerText(), /completed 1\s+failed 1/);
+    const blocked = await page.locator('section.blocked tbody tr').allInnerTexts();
+    assert.equal(blocked.length, 1);
+    assert.match(blocked[0], new RegExp(`^crm\\s+#${ids.crmHead} sync_crm · attempt 1/5, retry in (59|60) min\\s+CRM unavailable\\s+1$`));
     await page.screenshot({ path: screenshotPath('1-overview') });
 
     // Jobs, filtered to failed ones through the form
