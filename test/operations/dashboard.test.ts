@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
+import { gzipSync } from 'node:zlib';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';
@@ -79,6 +80,8 @@ describe('dashboard', () => {
   let page: Page;
   let base: string;
   const ids: Record<string, string> = {};
+  /** Every URL the browser asked for: nothing may come from outside the app. */
+  const requested: string[] = [];
 
   before(async () => {
     ctx = await openTestApp('dashboard', {
@@ -114,6 +117,7 @@ describe('dashboard', () => {
     await context.addCookies([{ name: 'operator', value: 'yes', url: ctx.t.url! }]);
     page = await context.newPage();
     page.on('dialog', (dialog) => void dialog.accept());
+    page.on('request', (request) => requested.push(request.url()));
     // the pages reload themselves every 5 s: off, so that nothing moves under the test
     await page.addInitScript("localStorage.setItem('jq-autorefresh', 'off')");
     return true;
@@ -210,6 +214,13 @@ describe('dashboard', () => {
     assert.equal(workerCells[1], hostname());
     await page.screenshot({ path: screenshotPath('8-workers') });
     await context.close();
+
+    const outside = requested.filter((url) => !url.startsWith(`${ctx.t.url}/`) && !url.startsWith('data:'));
+    assert.deepEqual(outside, [], 'the pages loaded nothing from outside the app');
+    assert.ok(requested.some((url) => url.endsWith('/assets/dashboard.css')) && requested.some((url) => url.endsWith('/assets/dashboard.js')));
+    let assets = 0;
+    for (const name of ['dashboard.css', 'dashboard.js']) assets += gzipSync(Buffer.from(await (await fetch(`${base}/assets/${name}`)).arrayBuffer())).length;
+    assert.ok(assets < 150_000, `the assets weigh ${assets} bytes gzipped`);
   });
 
   it('a request the guard refuses gets a 403 and no data; an action without the form token is refused', async () => {
