@@ -4,7 +4,7 @@
  * as the postgres user, which may not enter that folder to reach node_modules or .data/pg.
  *
  * The test builds such a project: a mode-700 folder holding the compiled helper
- * (dist/apps/embedded-postgres/*.js), the test launcher (dist/test/support/run-tests.js) and
+ * (dist/apps/embedded-postgres/*.js), the test launcher (dist/test/support/run-tests.js, with chromium.js) and
  * the packages they load (embedded-postgres and its binaries copied, the rest linked), then
  * runs the launcher there as `npm test` does and starts the detached server on its .data/pg
  * as `npm start` does. TMPDIR is a fresh folder, so the copy of the binaries is made afresh,
@@ -59,7 +59,7 @@ describe('embedded PostgreSQL in a project only root may enter', { skip: asRoot 
 
     const helperDir = join('apps', 'embedded-postgres');
     const helperFiles = readdirSync(join(root, 'dist', helperDir)).filter((name) => name.endsWith('.js')).map((name) => join(helperDir, name));
-    for (const file of [...helperFiles, 'test/support/run-tests.js']) {
+    for (const file of [...helperFiles, 'test/support/run-tests.js', 'test/support/chromium.js']) {
       cpSync(join(root, 'dist', file), join(project, 'dist', file));
     }
     // A test file for the launcher to run against the server it starts.

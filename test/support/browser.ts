@@ -5,21 +5,13 @@
  * fails the run; elsewhere the tests are skipped with a message saying how to run them.
  * Screenshots go to test-output/screenshots/ in the repository (kept out of git).
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { TestContext } from 'node:test';
 import { chromium, type Browser } from 'playwright-core';
-
-const CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter((path): path is string => !!path);
+import { chromiumPath, NO_BROWSER_MESSAGE } from './chromium';
 
 export const SCREENSHOTS = resolve(__dirname, '..', '..', '..', 'test-output', 'screenshots');
-
-export const NO_BROWSER_MESSAGE =
-  'Chromium is not installed, so the browser tests did not run. Install it (apt-get install chromium, as .ci/run does, or set CHROMIUM_PATH) and run `npm test -- dashboard`.';
-
-export function chromiumPath(): string | undefined {
-  return CANDIDATES.find((path) => existsSync(path));
-}
 
 /**
  * Launches Chromium, or returns undefined after marking the test skipped (outside CI). The flags:

@@ -9,7 +9,7 @@ import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../apps/embedded-postgres';
-import { chromiumPath, NO_BROWSER_MESSAGE } from './browser';
+import { chromiumPath, NO_BROWSER_MESSAGE } from './chromium';
 
 function testFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
