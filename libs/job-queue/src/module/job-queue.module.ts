@@ -4,6 +4,7 @@ import { CronScheduler } from '../cron/cron-scheduler';
 import { TaskRegistry } from '../decorators/task-registry';
 import { JobQueueMaintenance } from '../maintenance/maintenance';
 import { JobQueueService } from '../service/job-queue.service';
+import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { JobWaiter } from '../service/job-waiter';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { JobQueueDatabase } from './job-queue-database';
@@ -15,7 +16,7 @@ import { ConfigurableJobQueueModule } from './job-queue.module-definition';
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueService, JobQueueWorker, CronScheduler, JobQueueMaintenance],
+  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueTelemetry, JobQueueService, JobQueueWorker, CronScheduler, JobQueueMaintenance],
   // JobQueueDatabase and TaskRegistry for the optional integrations (dashboard, health), not for apps
   exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance, JobQueueDatabase, TaskRegistry],
 })

@@ -86,6 +86,12 @@ export interface JobQueueModuleOptions {
   retention?: RetentionOptions;
   /** The largest payload (at add) and result (a handler's return value), in bytes of JSON. Default 1 MiB. */
   maxJsonBytes?: number;
+  /**
+   * OpenTelemetry traces and metrics through `@opentelemetry/api`, when the app has that
+   * package (they record only once the app registers an SDK). Default true; false turns
+   * them off even then.
+   */
+  telemetry?: boolean;
 }
 
 export interface ResolvedJobQueueOptions {
@@ -103,6 +109,7 @@ export interface ResolvedJobQueueOptions {
   externalTasks: ReadonlySet<string> | '*';
   retention: Retention;
   maxJsonBytes: number;
+  telemetry: boolean;
 }
 
 function resolveRetention(options: unknown): Retention {
@@ -158,7 +165,7 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
       }
     }
   }
-  for (const name of ['migrationsRun', 'worker'] as const) {
+  for (const name of ['migrationsRun', 'worker', 'telemetry'] as const) {
     if (options[name] !== undefined && typeof options[name] !== 'boolean') {
       throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be a boolean`);
     }
@@ -178,6 +185,7 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
     schema: validateSchemaName(options.schema ?? 'job_queue'),
     migrationsRun: options.migrationsRun ?? true,
     worker: options.worker ?? true,
+    telemetry: options.telemetry ?? true,
     concurrency: positiveInteger('concurrency', options.concurrency, 10, 1000),
     pollInterval: positiveInteger('pollInterval', options.pollInterval, 2000, 3_600_000),
     shutdownGracePeriod: positiveInteger('shutdownGracePeriod', options.shutdownGracePeriod, 5000, 3_600_000),

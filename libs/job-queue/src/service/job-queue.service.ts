@@ -8,6 +8,7 @@ import { JOB_STATES, listStatements, type JobState } from '../sql/lifecycle';
 import { checkManager } from './check-manager';
 import { toJob, type Job, type JobRow, type JobSpec, type JobSpecWithIdentifier } from './job';
 import { JobWaiter } from './job-waiter';
+import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
 
 /** Filters and page of listJobs(). */
@@ -58,6 +59,7 @@ export class JobQueueService {
     private readonly db: JobQueueDatabase,
     private readonly tasks: TaskRegistry,
     private readonly waiter: JobWaiter,
+    private readonly telemetry: JobQueueTelemetry,
   ) {}
 
   /**
@@ -67,12 +69,11 @@ export class JobQueueService {
   async add<Payload = unknown>(identifier: string, payload?: Payload, spec: JobSpec = {}): Promise<Job<Payload>> {
     checkManager(spec?.manager, this.db.dataSource);
     const job = this.validate(identifier, payload, spec);
-    const rows = await this.db.run<JobRow>(
-      'addJob',
-      [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode],
-      spec?.manager,
+    const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
+    const [added] = await this.telemetry.traceAdd([job], 'add', async (trace) =>
+      (trace ? await this.db.run<JobRow>('addJobTraced', [...values, JSON.stringify(trace)], spec?.manager) : await this.db.run<JobRow>('addJob', values, spec?.manager)).map((row) => toJob(row)),
     );
-    return toJob<Payload>(rows[0]);
+    return added as Job<Payload>;
   }
 
   /** Adds many jobs in one round trip and one NOTIFY; all are checked before any is written. */
@@ -99,10 +100,15 @@ export class JobQueueService {
       jobs.map((j) => (j.flags ? JSON.stringify(j.flags) : null)),
     ];
     const keyed = jobs.some((j) => j.jobKey !== null);
-    const rows = keyed
-      ? await this.db.run<JobRow>('addJobsKeyed', [...columns, jobs.map((j) => j.jobKey), jobs.map((j) => j.jobKeyMode)], options.manager)
-      : await this.db.run<JobRow>('addJobsBulk', columns, options.manager);
-    return rows.map((row) => toJob(row));
+    const keys = [jobs.map((j) => j.jobKey), jobs.map((j) => j.jobKeyMode)];
+    return this.telemetry.traceAdd(jobs, 'addMany', async (trace) => {
+      const rows = !keyed
+        ? await this.db.run<JobRow>('addJobsBulk', [...columns, trace && JSON.stringify(trace)], options.manager)
+        : trace
+          ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, JSON.stringify(trace)], options.manager)
+          : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], options.manager);
+      return rows.map((row) => toJob(row));
+    });
   }
 
   /** The job, unfinished or finished (while its retention keeps it), or null. */

@@ -14,6 +14,7 @@ import { progressToJson, toJsonText } from '../json';
 import { JobQueueDatabase, type Statement } from '../module/job-queue-database';
 import { toJob, type Job, type JobRow } from '../service/job';
 import { JobQueueService } from '../service/job-queue.service';
+import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { backoffMs, sleep } from '../backoff';
 import type { JobQueueEvent } from './events';
 import { NotifyListener } from '../module/notify-listener';
@@ -92,6 +93,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     private readonly db: JobQueueDatabase,
     private readonly tasks: TaskRegistry,
     private readonly jobs: JobQueueService,
+    private readonly telemetry: JobQueueTelemetry,
   ) {
     this.prefetch = new PrefetchSizer(this.db.options.concurrency);
     this.batcher = this.createBatcher();
@@ -507,7 +509,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
-    entry.done = runJob(task, job, entry.abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec), progress).then(
+    const run = () => runJob(task, job, entry.abort.signal, (identifier, payload, spec) => this.jobs.add(identifier, payload, spec), progress);
+    entry.done = this.telemetry.traceAttempt(job, run).then(
       (outcome) => {
         entry.settled();
         if (entry.lost) {
@@ -658,6 +661,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
 
   /** Also used by the cron scheduler and maintenance, so that their events join the same stream. */
   emit(event: JobQueueEvent): void {
+    this.telemetry.record(event);
     this.events.next(event);
   }
 }

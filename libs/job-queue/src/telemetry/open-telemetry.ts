@@ -1,0 +1,177 @@
+import {
+  context,
+  metrics,
+  propagation,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type BatchObservableCallback,
+  type Counter,
+  type Histogram,
+  type Link,
+  type Meter,
+  type ObservableGauge,
+  type Tracer,
+} from '@opentelemetry/api';
+import type { JobQueueDatabase } from '../module/job-queue-database';
+import type { Job } from '../service/job';
+import type { JobQueueEvent } from '../worker/events';
+import type { JobOutcome } from '../worker/run-job';
+import type { TelemetryBridge, TraceCarrier } from './job-queue-telemetry';
+
+/** The instrumentation scope, and `messaging.system` (a custom system, as the conventions allow). */
+export const TELEMETRY_NAME = 'nestjs-job-queue';
+const SYSTEM = 'nestjs_job_queue';
+/** How long a reading of the queue's depth serves the gauges (a collection reads both). */
+const GAUGE_CACHE_MS = 1_000;
+
+/** The destination of a job, as the messaging conventions name it: its named queue, else its task. */
+function destination(identifier: string, queueName: string | null): string {
+  return queueName ?? identifier;
+}
+
+function errorType(error: unknown): string {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string') return code;
+  return error instanceof Error ? error.constructor.name : '_OTHER';
+}
+
+/**
+ * Traces and metrics through @opentelemetry/api, following OpenTelemetry's messaging semantic
+ * conventions: a producer span `send <destination>` per add() or addMany() whose context is
+ * stored with the jobs, and a consumer span `process <destination>` per attempt, linked to it;
+ * `messaging.process.duration` per attempt; counters of jobs completed, failed for good and
+ * retried; gauges of the due jobs no worker holds and the age of the oldest. Without an SDK
+ * the API hands out no-op spans and instruments, and nothing is stored with the jobs.
+ */
+export class OpenTelemetryBridge implements TelemetryBridge {
+  private readonly tracer: Tracer = trace.getTracer(TELEMETRY_NAME);
+  private readonly meter: Meter = metrics.getMeter(TELEMETRY_NAME);
+  private readonly duration: Histogram;
+  private readonly completed: Counter;
+  private readonly failed: Counter;
+  private readonly retried: Counter;
+  private readonly gauges: [ObservableGauge, ObservableGauge];
+  private due?: Promise<{ count: number; oldestAge: number } | undefined>;
+  private dueAt = 0;
+
+  constructor(private readonly db: JobQueueDatabase) {
+    this.duration = this.meter.createHistogram('messaging.process.duration', {
+      description: 'Duration of one attempt of a job: its handler run',
+      unit: 's',
+    });
+    this.completed = this.meter.createCounter('job_queue.jobs.completed', { description: 'Jobs completed', unit: '{job}' });
+    this.failed = this.meter.createCounter('job_queue.jobs.failed', { description: 'Jobs that failed for good (no attempt left)', unit: '{job}' });
+    this.retried = this.meter.createCounter('job_queue.jobs.retried', { description: 'Failed attempts that will be retried', unit: '{job}' });
+    const depth = this.meter.createObservableGauge('job_queue.queue.depth', { description: 'Due jobs no worker holds', unit: '{job}' });
+    const age = this.meter.createObservableGauge('job_queue.queue.oldest_due_age', { description: 'How long the oldest due job no worker holds has waited', unit: 's' });
+    this.gauges = [depth, age];
+    this.meter.addBatchObservableCallback(this.observeDue, this.gauges);
+  }
+
+  close(): void {
+    this.meter.removeBatchObservableCallback(this.observeDue, this.gauges);
+  }
+
+  private readonly observeDue: BatchObservableCallback = async (observer) => {
+    const due = await this.readDue();
+    if (!due) return;
+    const [depth, age] = this.gauges;
+    observer.observe(depth, due.count, { 'messaging.system': SYSTEM });
+    observer.observe(age, due.oldestAge, { 'messaging.system': SYSTEM });
+  };
+
+  async traceAdd(
+    destinations: Array<{ identifier: string; queueName: string | null }>,
+    operation: 'add' | 'addMany',
+    add: (carrier: TraceCarrier | null) => Promise<Job[]>,
+  ): Promise<Job[]> {
+    const names = [...new Set(destinations.map((d) => destination(d.identifier, d.queueName)))];
+    const name = names.length === 1 ? names[0] : '(many)';
+    const attributes: Attributes = {
+      'messaging.system': SYSTEM,
+      'messaging.operation.type': 'send',
+      'messaging.operation.name': operation,
+      'messaging.destination.name': name,
+    };
+    if (operation === 'addMany') attributes['messaging.batch.message_count'] = destinations.length;
+    const span = this.tracer.startSpan(`send ${name}`, { kind: SpanKind.PRODUCER, attributes });
+    const carrier: TraceCarrier = {};
+    propagation.inject(trace.setSpan(context.active(), span), carrier);
+    try {
+      const jobs = await context.with(trace.setSpan(context.active(), span), () => add(carrier.traceparent ? carrier : null));
+      if (jobs.length === 1) span.setAttribute('messaging.message.id', jobs[0].id);
+      return jobs;
+    } catch (error) {
+      span.recordException(error as Error);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      span.setAttribute('error.type', errorType(error));
+      throw error;
+    } finally {
+      span.end();
+    }
+  }
+
+  async traceAttempt(job: Job, run: () => Promise<JobOutcome>): Promise<JobOutcome> {
+    const links: Link[] = [];
+    if (job.traceContext) {
+      const producer = trace.getSpanContext(propagation.extract(context.active(), job.traceContext));
+      if (producer) links.push({ context: producer });
+    }
+    const name = destination(job.taskIdentifier, job.queueName);
+    const span = this.tracer.startSpan(`process ${name}`, {
+      kind: SpanKind.CONSUMER,
+      links,
+      attributes: {
+        'messaging.system': SYSTEM,
+        'messaging.operation.type': 'process',
+        'messaging.operation.name': 'process',
+        'messaging.destination.name': name,
+        'messaging.message.id': job.id,
+        'job_queue.task': job.taskIdentifier,
+        'job_queue.attempt': job.attempts,
+        'job_queue.max_attempts': job.maxAttempts,
+      },
+    });
+    const outcome = await context.with(trace.setSpan(context.active(), span), run);
+    if (!outcome.ok) {
+      if (outcome.error instanceof Error) span.recordException(outcome.error);
+      span.setAttribute('error.type', errorType(outcome.error));
+      span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.error instanceof Error ? outcome.error.message : String(outcome.error) });
+    }
+    span.end();
+    return outcome;
+  }
+
+  record(event: JobQueueEvent): void {
+    if (event.type !== 'job:success' && event.type !== 'job:error' && event.type !== 'job:failed') return;
+    const { job, durationMs } = event;
+    const attributes: Attributes = {
+      'messaging.system': SYSTEM,
+      'messaging.operation.name': 'process',
+      'messaging.destination.name': destination(job.taskIdentifier, job.queueName),
+      'job_queue.task': job.taskIdentifier,
+    };
+    if (event.type === 'job:success') {
+      this.completed.add(1, attributes);
+      this.duration.record(durationMs / 1000, attributes);
+      return;
+    }
+    const failedAttributes = { ...attributes, 'error.type': errorType(event.error) };
+    this.duration.record(durationMs / 1000, failedAttributes);
+    (event.type === 'job:failed' ? this.failed : this.retried).add(1, attributes);
+  }
+
+  /** The due jobs no worker holds, read at most once a second however many gauges ask. */
+  private readDue(): Promise<{ count: number; oldestAge: number } | undefined> {
+    if (!this.due || Date.now() - this.dueAt > GAUGE_CACHE_MS) {
+      this.dueAt = Date.now();
+      this.due = this.db
+        .run<{ count: number; oldest_age: number | null }>('dueJobs', [])
+        .then(([row]) => ({ count: row.count, oldestAge: row.oldest_age ?? 0 }))
+        .catch(() => undefined); // the database is away: no reading rather than a wrong one
+    }
+    return this.due;
+  }
+}
