@@ -76,7 +76,7 @@ async function measureClaimCompleteLoops(clients: Client[], config: BenchConfig)
 
 async function claimCompleteLoop(client: Client, workerId: string, batchSize: number): Promise<number> {
   // claims require the worker's row, as a worker's do; every job claimed is marked started (as for free slots)
-  await client.query({ name: 'bench_register', text: sql.registerWorker, values: [workerId, 20_000] });
+  await client.query({ name: 'bench_register', text: sql.registerWorker, values: [workerId, 20_000, null, null, null] });
   let done = 0;
   for (;;) {
     const claimed = await client.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize] });

@@ -7,6 +7,7 @@ import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { installPreviousVersion, OldWorkerProcess, PREVIOUS_VERSION, stopOldWorkers, type PreviousVersionApp } from '../support/previous-version';
+import { createRunsTable, migrationNames, printed, range, sortIds, type Run } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000'];
@@ -384,27 +385,6 @@ describe('upgrading a populated database while workers of the previous version r
   });
 });
 
-interface Run {
-  job_id: string;
-  pid: number;
-  attempt: number;
-  task: string;
-  payload: Record<string, unknown>;
-  at: Date;
-}
-
-/** The table the handlers of both versions record their runs in (old-worker.js and NewTasks). */
-async function createRunsTable(sql: Client): Promise<void> {
-  await sql.query(`create table runs (
-    n bigint generated always as identity primary key,
-    job_id bigint not null, pid int not null, attempt int not null, task text not null, payload jsonb,
-    at timestamptz not null default clock_timestamp())`);
-}
-
-async function migrationNames(sql: Client): Promise<string[]> {
-  return (await sql.query<{ name: string }>('select name from job_queue.migrations order by id')).rows.map((row) => row.name);
-}
-
 /** The parts of the job_queue schema the new migration adds or replaces, and any index left invalid. */
 async function jobQueueSchema(sql: Client) {
   const [schema] = (
@@ -420,20 +400,7 @@ async function jobQueueSchema(sql: Client) {
   return schema;
 }
 
-/** Resolves once the old worker has printed `line` (a whole line). */
-function printed(old: OldWorkerProcess, line: string): Promise<void> {
-  return old.waitForOutput(line, new RegExp(`^${line}$`, 'm'));
-}
-
 /** [id, task, error] of each job the old worker reported as failed for good, by id. */
 function failuresReported(old: OldWorkerProcess): string[][] {
   return [...old.output.matchAll(FAILED_FOR_GOOD)].map((match) => match.slice(1, 4)).sort(([a], [b]) => Number(a) - Number(b));
-}
-
-function sortIds(ids: string[]): string[] {
-  return [...ids].sort((a, b) => Number(a) - Number(b));
-}
-
-function range(from: number, to: number): number[] {
-  return Array.from({ length: to - from + 1 }, (_, i) => from + i);
 }

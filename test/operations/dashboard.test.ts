@@ -287,6 +287,21 @@ describe('dashboard', () => {
       });
       assert.equal(post.status, 403);
       assert.equal((await ctx.t.jobs.getJob(failed.id))?.state, 'scheduled', 'the job was not cancelled');
+
+      // pages of 50, newest first, by the next-page link
+      const later = new Date(Date.now() + 3_600_000);
+      const added = (await ctx.t.jobs.addMany(Array.from({ length: 60 }, (_, n) => ({ identifier: 'charge_card', payload: { card: String(n) }, runAt: later })))).map((job) => job.id);
+      const scheduled = [failed.id, ...added].reverse();
+      const listed: string[] = [];
+      let next: string | undefined = `${app.url}/queue/jobs?state=scheduled`;
+      for (let pages = 0; next; pages++) {
+        assert.ok(pages < 3, 'at most two pages');
+        const html: string = await (await fetch(next)).text();
+        listed.push(...[...html.matchAll(/data-job="(\d+)"/g)].map((match) => match[1]));
+        const link: string | undefined = /<a class="button" href="(jobs\?[^"]+)">Next page/.exec(html)?.[1];
+        next = link && `${app.url}/queue/${link.replace(/&amp;/g, '&')}`;
+      }
+      assert.deepEqual(listed, scheduled, 'every scheduled job once, newest first, over two pages');
     } finally {
       await app?.close();
     }
