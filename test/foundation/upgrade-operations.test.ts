@@ -122,14 +122,14 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     assert.deepEqual(await q('select id::text, locked_by from job_queue.jobs where id = any($1::bigint[]) order by id', [sleeps]), sleeps.map((id) => ({ id, locked_by: old.workerId })), 'the old worker still ran its sleeps when the migration was done');
     const [schema] = await q(`select
       array(select table_name || '.' || column_name from information_schema.columns where table_schema = 'job_queue'
-              and (table_name, column_name) in (('workers', 'hostname'), ('workers', 'pid'), ('workers', 'concurrency'), ('jobs', 'trace_context'),
+              and (table_name, column_name) in (('workers', 'hostname'), ('workers', 'pid'), ('workers', 'concurrency'), ('jobs', 'trace_id'), ('jobs', 'span_id'), ('jobs', 'trace_flags'),
                 ('known_crontabs', 'task_identifier'), ('known_crontabs', 'expression'), ('known_crontabs', 'time_zone'), ('known_crontabs', 'registered_at'))
             order by 1) as columns,
       exists (select 1 from pg_proc where pronamespace = 'job_queue'::regnamespace and proname = 'add_job_traced') as traced,
       array(select indexrelid::regclass::text from pg_index where not indisvalid) as invalid,
       exists (select 1 from pg_indexes where schemaname = 'job_queue' and indexname = 'finished_jobs_key_idx') as key_index`);
     assert.deepEqual(schema, {
-      columns: ['jobs.trace_context', 'known_crontabs.expression', 'known_crontabs.registered_at', 'known_crontabs.task_identifier', 'known_crontabs.time_zone', 'workers.concurrency', 'workers.hostname', 'workers.pid'],
+      columns: ['jobs.span_id', 'jobs.trace_flags', 'jobs.trace_id', 'known_crontabs.expression', 'known_crontabs.registered_at', 'known_crontabs.task_identifier', 'known_crontabs.time_zone', 'workers.concurrency', 'workers.hostname', 'workers.pid'],
       traced: true,
       invalid: [],
       key_index: true,

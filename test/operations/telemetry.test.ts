@@ -7,6 +7,7 @@ import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { MeterProvider, MetricReader, type DataPoint, type Histogram } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { Task, type JobContext } from '../../libs/job-queue/src';
+import { fromTraceColumns, toTraceColumns } from '../../libs/job-queue/src/telemetry/trace-context';
 import { closeTestApp, createTestApp, openTestApp, type TestAppContext } from '../support/app';
 import { waitFor } from '../support/wait';
 
@@ -123,7 +124,9 @@ describe('telemetry (OpenTelemetry)', () => {
       ctx.t.jobs.addMany([{ identifier: 'traced', runAt: later, jobKey: 'k1' }, { identifier: 'traced', runAt: later }]).finally(() => span.end()),
     );
     const stored = async (ids: string[]) =>
-      (await ctx.sql.query(`select trace_context from job_queue.jobs where id = any($1::bigint[]) order by id`, [ids])).rows.map((row) => row.trace_context);
+      (await ctx.sql.query(`select trace_id, span_id::text, trace_flags from job_queue.jobs where id = any($1::bigint[]) order by id`, [ids])).rows.map((row) =>
+        fromTraceColumns(row.trace_id, row.span_id, row.trace_flags),
+      );
     const producers = spansNamed('send traced').concat(spansNamed('send (many)')).filter((span) => span.endTime);
     const producerOf = (parent: string) => producers.find((span) => span.parentSpanContext?.spanId === spansNamed(parent)[0].spanContext().spanId)!;
 
@@ -161,6 +164,17 @@ describe('telemetry (OpenTelemetry)', () => {
     await waitFor('the depth gauge to see the due job', async () => (await points('job_queue.queue.depth'))[0]?.value === 1);
     const [age] = await points('job_queue.queue.oldest_due_age');
     assert.ok((age.value as number) >= 60 && (age.value as number) < 120, `oldest due age ${age.value} s`);
+  });
+
+  it('a traceparent survives the columns it is kept in, span ids with the high bit set included; an invalid one is not kept', () => {
+    for (const span of ['ffffffffffffffff', '8000000000000000', '7fffffffffffffff', '0000000000000001']) {
+      const traceparent = `00-4bf92f3577b34da6a3ce929d0e0e4736-${span}-01`;
+      const columns = toTraceColumns({ traceparent })!;
+      assert.deepEqual(fromTraceColumns(columns.traceId, columns.spanId, columns.flags), { traceparent });
+    }
+    for (const traceparent of ['00-00000000000000000000000000000000-0000000000000001-01', 'garbage', '01-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000001-01']) {
+      assert.equal(toTraceColumns({ traceparent }), null);
+    }
   });
 
   it('telemetry: false stores no trace context and makes no span', async () => {

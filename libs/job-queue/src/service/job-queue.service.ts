@@ -9,6 +9,7 @@ import { checkManager } from './check-manager';
 import { toJob, type Job, type JobRow, type JobSpec, type JobSpecWithIdentifier } from './job';
 import { JobWaiter } from './job-waiter';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
+import { toTraceColumns } from '../telemetry/trace-context';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
 
 /** Filters and page of listJobs(). */
@@ -70,9 +71,13 @@ export class JobQueueService {
     checkManager(spec?.manager, this.db.dataSource);
     const job = this.validate(identifier, payload, spec);
     const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
-    const [added] = await this.telemetry.traceAdd([job], 'add', async (trace) =>
-      (trace ? await this.db.run<JobRow>('addJobTraced', [...values, JSON.stringify(trace)], spec?.manager) : await this.db.run<JobRow>('addJob', values, spec?.manager)).map((row) => toJob(row)),
-    );
+    const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
+      const trace = toTraceColumns(carrier);
+      const rows = trace
+        ? await this.db.run<JobRow>('addJobTraced', [...values, trace.traceId, trace.spanId, trace.flags], spec?.manager)
+        : await this.db.run<JobRow>('addJob', values, spec?.manager);
+      return rows.map((row) => toJob(row));
+    });
     return added as Job<Payload>;
   }
 
@@ -101,11 +106,13 @@ export class JobQueueService {
     ];
     const keyed = jobs.some((j) => j.jobKey !== null);
     const keys = [jobs.map((j) => j.jobKey), jobs.map((j) => j.jobKeyMode)];
-    return this.telemetry.traceAdd(jobs, 'addMany', async (trace) => {
+    return this.telemetry.traceAdd(jobs, 'addMany', async (carrier) => {
+      const trace = toTraceColumns(carrier);
+      const traceValues = trace ? [trace.traceId, trace.spanId, trace.flags] : [null, null, null];
       const rows = !keyed
-        ? await this.db.run<JobRow>('addJobsBulk', [...columns, trace && JSON.stringify(trace)], options.manager)
+        ? await this.db.run<JobRow>('addJobsBulk', [...columns, ...traceValues], options.manager)
         : trace
-          ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, JSON.stringify(trace)], options.manager)
+          ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues], options.manager)
           : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], options.manager);
       return rows.map((row) => toJob(row));
     });

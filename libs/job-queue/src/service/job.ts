@@ -1,5 +1,6 @@
 import type { EntityManager } from 'typeorm';
 import type { JobState } from '../sql/lifecycle';
+import { fromTraceColumns } from '../telemetry/trace-context';
 
 export type { JobState };
 
@@ -79,8 +80,8 @@ export interface Job<Payload = unknown, Result = unknown> {
   /** When a cancel was requested while a worker held it (it ends `cancelled` once that worker lets go). */
   cancelRequestedAt: Date | null;
   /**
-   * The W3C trace context (`traceparent`, `tracestate`) of the span that added the job, when
-   * telemetry recorded one; null otherwise, and once the job is finished.
+   * The W3C trace context (`traceparent`) of the span that added the job, when telemetry
+   * recorded one; null otherwise, and once the job is finished.
    */
   traceContext: Record<string, string> | null;
 }
@@ -106,7 +107,9 @@ export interface JobRow {
   progress?: JobProgress | null;
   errors?: Array<{ at: string; attempt: number; message: string; code: string | null }> | null;
   cancel_requested_at?: Date | null;
-  trace_context?: Record<string, string> | null;
+  trace_id?: string | null;
+  span_id?: string | null;
+  trace_flags?: number | null;
   /** Rows of a read (sql/lifecycle.ts) carry these; rows of add and claim do not. */
   state?: JobState;
   result?: unknown;
@@ -149,6 +152,6 @@ export function toJob<Payload = unknown, Result = unknown>(row: JobRow): Job<Pay
     errors: (row.errors ?? []).map((e) => ({ at: new Date(e.at), attempt: e.attempt, message: e.message, code: e.code ?? null })),
     workerId: row.worker_id !== undefined ? row.worker_id : row.locked_by,
     cancelRequestedAt: row.cancel_requested_at ?? null,
-    traceContext: row.trace_context ?? null,
+    traceContext: fromTraceColumns(row.trace_id, row.span_id, row.trace_flags),
   };
 }

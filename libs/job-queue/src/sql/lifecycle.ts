@@ -35,7 +35,7 @@ const activeCondition = (state: JobState) => `${state === 'running' ? 'j.locked_
 const activeColumns = (j: string) => `
   ${j}.id, ${j}.task_identifier, ${j}.queue_name, ${j}.payload, ${j}.priority, ${j}.run_at, ${j}.attempts, ${j}.max_attempts,
   ${j}.last_error, ${j}.key, ${j}.revision, ${j}.flags, ${j}.locked_at, ${j}.locked_by, ${j}.created_at, ${j}.updated_at,
-  ${j}.started_at, ${j}.first_run_at, ${j}.progress, ${j}.errors, ${j}.cancel_requested_at, ${j}.trace_context,
+  ${j}.started_at, ${j}.first_run_at, ${j}.progress, ${j}.errors, ${j}.cancel_requested_at, ${j}.trace_id, ${j}.span_id, ${j}.trace_flags,
   ${activeState(j)} as state, null::jsonb as result, null::timestamptz as finished_at, ${j}.locked_by as worker_id,
   null::text as finished_at_key`;
 
@@ -44,7 +44,7 @@ const finishedColumns = (f: string) => `
   ${f}.id, ${f}.task_identifier, ${f}.queue_name, ${f}.payload, ${f}.priority, ${f}.run_at, ${f}.attempts, ${f}.max_attempts,
   ${f}.last_error, ${f}.key, 0 as revision, ${f}.flags, null::timestamptz as locked_at, null::text as locked_by, ${f}.created_at,
   ${f}.finished_at as updated_at, ${f}.started_at, null::timestamptz as first_run_at, ${f}.progress, ${f}.errors,
-  null::timestamptz as cancel_requested_at, null::jsonb as trace_context, ${f}.state, ${f}.result, ${f}.finished_at, ${f}.worker_id,
+  null::timestamptz as cancel_requested_at, null::uuid as trace_id, null::bigint as span_id, null::smallint as trace_flags, ${f}.state, ${f}.result, ${f}.finished_at, ${f}.worker_id,
   ${f}.finished_at::text as finished_at_key`;
 
 const MAX_BIGINT = '9223372036854775807';

@@ -13,7 +13,7 @@ import { createWorkerQueries } from './workers';
 export const JOB_COLUMNS = [
   'id', 'task_identifier', 'queue_name', 'payload', 'priority', 'run_at', 'attempts', 'max_attempts',
   'last_error', 'key', 'revision', 'flags', 'locked_at', 'locked_by', 'created_at', 'updated_at', 'started_at', 'first_run_at',
-  'progress', 'errors', 'cancel_requested_at', 'trace_context',
+  'progress', 'errors', 'cancel_requested_at', 'trace_id', 'span_id', 'trace_flags',
 ] as const;
 
 const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
@@ -45,13 +45,13 @@ export function createQueries(schema: string) {
 
     /** $1 identifier, $2 payload (json text), $3 queue, $4 run_at, $5 max_attempts, $6 key, $7 priority, $8 flags, $9 key mode */
     addJob: `select ${jobColumns('j')} from ${s}.add_job($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text) j`,
-    /** addJob with $10 the trace context of the span that adds it (json text): only when telemetry has one. */
-    addJobTraced: `select ${jobColumns('j')} from ${s}.add_job_traced($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text, $10::jsonb) j`,
+    /** addJob with $10 trace id, $11 span id, $12 trace flags of the span that adds it (telemetry/trace-context.ts): only when telemetry has one. */
+    addJobTraced: `select ${jobColumns('j')} from ${s}.add_job_traced($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text, $10::uuid, $11::bigint, $12::smallint) j`,
 
     /**
      * Many jobs without job keys in one statement: set-based, one NOTIFY.
      * $1..$7 are parallel arrays: identifiers, payloads (json text), queues, run_ats, max_attempts, priorities, flags (json text);
-     * $8 the trace context of the span that adds them (json text), or null.
+     * $8, $9, $10 the trace id, span id and trace flags of the span that adds them, or nulls.
      */
     addJobsBulk: `
       with specs as (
@@ -64,29 +64,29 @@ export function createQueries(schema: string) {
         on conflict do nothing
       ),
       inserted as (
-        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_context)
+        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags)
         select identifier, coalesce(payload::jsonb, '{}'::jsonb), queue_name, coalesce(run_at, now()),
                coalesce(max_attempts, 25), coalesce(priority, 0),
-               coalesce(array(select jsonb_array_elements_text(flags::jsonb)), '{}'), $8::jsonb
+               coalesce(array(select jsonb_array_elements_text(flags::jsonb)), '{}'), $8::uuid, $9::bigint, $10::smallint
         from specs order by ord
         returning ${JOB_COLUMNS.join(', ')}
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
       select ${jobColumns('inserted')} from inserted left join notified on true order by inserted.id`,
 
-    /** Many jobs, some with job keys: add_job per spec, in order, in one statement. The parameters of addJobsBulk but its trace context, plus $8 keys, $9 key modes. */
+    /** Many jobs, some with job keys: add_job per spec, in order, in one statement. The parameters of addJobsBulk but its trace, plus $8 keys, $9 key modes. */
     addJobsKeyed: `
       select ${jobColumns('j')} from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[])
           with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, key, key_mode, ord)
         cross join lateral ${s}.add_job(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
           array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode) as j
       order by s.ord`,
-    /** addJobsKeyed with $10 the trace context of the span that adds them (json text). */
+    /** addJobsKeyed with $10, $11, $12 the trace id, span id and trace flags of the span that adds them. */
     addJobsKeyedTraced: `
       select ${jobColumns('j')} from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[])
           with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, key, key_mode, ord)
         cross join lateral ${s}.add_job_traced(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
-          array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode, $10::jsonb) as j
+          array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode, $10::uuid, $11::bigint, $12::smallint) as j
       order by s.ord`,
 
     /** $1 job key */

@@ -4,7 +4,7 @@ import type { Job } from '../service/job';
 import type { JobQueueEvent } from '../worker/events';
 import type { JobOutcome } from '../worker/run-job';
 
-/** A W3C trace context as stored in jobs.trace_context: `traceparent` and, if any, `tracestate`. */
+/** A W3C trace context carrier, as propagators fill it; its `traceparent` is stored with the jobs (trace-context.ts). */
 export type TraceCarrier = Record<string, string>;
 
 /** What the core asks of a telemetry backend (open-telemetry.ts is the one there is). */
