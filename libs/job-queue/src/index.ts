@@ -10,12 +10,14 @@ export {
   type JobCountsReport,
 } from './service/job-queue.service';
 export { JobEndedError } from './service/job-waiter';
+export type { JobQueueTasks, TaskName, TaskPayload, TypedJobSpec } from './service/typed-tasks';
 export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode, JobState, JobProgress, JobAttemptError } from './service/job';
 export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decorator';
+export { OnJobEvent } from './decorators/on-job-event.decorator';
 export type { JobContext, JobInfo, CronPayload } from './decorators/job-context';
-export { JobQueueWorker } from './worker/job-queue.worker';
+export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
 export { JobQueueMaintenance } from './maintenance/maintenance';
-export type { JobQueueEvent, JobQueueEventType } from './worker/events';
+export type { JobQueueEvent, JobQueueEventType, JobQueueEventOf } from './worker/events';
 export { JobQueueError, isJobQueueError, type JobQueueErrorCode } from './errors';
 export {
   createJobQueueEntities,

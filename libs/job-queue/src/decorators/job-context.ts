@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
-import type { Job, JobProgress, JobSpec } from '../service/job';
+import type { Job, JobProgress } from '../service/job';
+import type { AddArgs, TaskName, TaskPayload } from '../service/typed-tasks';
 
 /** What a handler learns about the job it runs. */
 export interface JobInfo {
@@ -33,7 +34,7 @@ export interface JobContext {
    */
   progress: (value: JobProgress) => void;
   /** Adds another job: the same signature as `JobQueueService.add`. */
-  addJob: <P = unknown>(identifier: string, payload?: P, spec?: JobSpec) => Promise<Job<P>>;
+  addJob: <Name extends TaskName>(identifier: Name, ...args: AddArgs<Name>) => Promise<Job<TaskPayload<Name>>>;
 }
 
 /** The payload of a job added by a cron schedule. */

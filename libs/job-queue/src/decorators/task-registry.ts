@@ -4,6 +4,7 @@ import { takeCronMetadata, type NestCronOptions } from '../cron/cron-metadata';
 import { checkDuration } from '../duration';
 import { JobQueueError } from '../errors';
 import { validateJob } from '../service/validate-job-spec';
+import { decoratedMethods } from './decorated-methods';
 import type { JobContext } from './job-context';
 import { TASK_METADATA, type TaskMetadata, type TaskOptions } from './task.decorator';
 
@@ -48,32 +49,21 @@ export class TaskRegistry implements OnModuleInit {
   private discover(): void {
     if (this.discovered) return;
     this.discovered = true;
-    for (const { wrapper, prototype, methodName, method } of this.taskMethods()) {
-      const meta = this.reflector.get<TaskMetadata>(TASK_METADATA, method);
+    for (const { wrapper, meta, location, method } of this.taskMethods()) {
       const cron = takeCronMetadata(method);
-      const location = `${(wrapper.metatype as { name?: string } | undefined)?.name ?? prototype.constructor.name}.${methodName}`;
       if (!wrapper.isDependencyTreeStatic() || !wrapper.instance) {
         throw new JobQueueError(
           cron ? 'JQ_REQUEST_SCOPED_CRON' : 'JQ_REQUEST_SCOPED_TASK',
           `@${cron ? 'Cron on @' : ''}Task('${meta.identifier}') on ${location}: tasks must be on singleton providers, not request- or transient-scoped ones`,
         );
       }
-      this.register(meta, location, method.bind(wrapper.instance), cron);
+      this.register(meta, location, method.bind(wrapper.instance) as TaskHandler, cron);
     }
   }
 
-  /** Every method carrying @Task, on every provider's class. */
-  private *taskMethods() {
-    for (const wrapper of this.discovery.getProviders()) {
-      const { instance, metatype } = wrapper;
-      const prototype = (instance && Object.getPrototypeOf(instance)) ?? (metatype as { prototype?: object } | undefined)?.prototype;
-      if (!prototype || typeof prototype !== 'object') continue;
-      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
-        const method = (prototype as Record<string, unknown>)[methodName];
-        if (typeof method !== 'function' || !this.reflector.get(TASK_METADATA, method)) continue;
-        yield { wrapper, prototype, methodName, method: method as TaskHandler };
-      }
-    }
+  /** Every method carrying @Task, on providers and controllers (as @nestjs/schedule finds @Cron). */
+  private taskMethods() {
+    return decoratedMethods<TaskMetadata>(this.discovery, this.scanner, this.reflector, TASK_METADATA);
   }
 
   private register(meta: TaskMetadata, location: string, handler: TaskHandler, cron?: NestCronOptions): void {

@@ -1,4 +1,4 @@
-import { Module } from '@nestjs/common';
+import { Module, type DynamicModule } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { CronScheduler } from '../cron/cron-scheduler';
 import { TaskRegistry } from '../decorators/task-registry';
@@ -6,9 +6,10 @@ import { JobQueueMaintenance } from '../maintenance/maintenance';
 import { JobQueueService } from '../service/job-queue.service';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { JobWaiter } from '../service/job-waiter';
+import { JobEventListeners } from '../worker/job-event-listeners';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { JobQueueDatabase } from './job-queue-database';
-import { ConfigurableJobQueueModule } from './job-queue.module-definition';
+import { ConfigurableJobQueueModule, JOB_QUEUE_OPTIONS_TYPE } from './job-queue.module-definition';
 
 /**
  * `JobQueueModule.forRoot(options)` or `.forRootAsync({ imports, inject, useFactory })`.
@@ -16,8 +17,13 @@ import { ConfigurableJobQueueModule } from './job-queue.module-definition';
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueTelemetry, JobQueueService, JobQueueWorker, CronScheduler, JobQueueMaintenance],
+  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueTelemetry, JobQueueService, JobQueueWorker, JobEventListeners, CronScheduler, JobQueueMaintenance],
   // JobQueueDatabase and TaskRegistry for the optional integrations (dashboard, health), not for apps
   exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance, JobQueueDatabase, TaskRegistry],
 })
-export class JobQueueModule extends ConfigurableJobQueueModule {}
+export class JobQueueModule extends ConfigurableJobQueueModule {
+  /** Every option has a default: `JobQueueModule.forRoot()` is enough. */
+  static override forRoot(options: typeof JOB_QUEUE_OPTIONS_TYPE = {}): DynamicModule {
+    return super.forRoot(options);
+  }
+}

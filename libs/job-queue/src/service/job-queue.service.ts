@@ -6,8 +6,9 @@ import { JobQueueDatabase } from '../module/job-queue-database';
 import { checkDuration } from '../duration';
 import { JOB_STATES, listStatements, type JobState } from '../sql/lifecycle';
 import { checkManager } from './check-manager';
-import { toJob, type Job, type JobRow, type JobSpec, type JobSpecWithIdentifier } from './job';
+import { toJob, type Job, type JobRow, type JobSpec } from './job';
 import { JobWaiter } from './job-waiter';
+import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from './typed-tasks';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { toTraceColumns } from '../telemetry/trace-context';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
@@ -67,7 +68,7 @@ export class JobQueueService {
    * Adds a job. With `spec.manager` the insert joins that transaction: the job (and the
    * wake-up of the workers) exists only once it commits.
    */
-  async add<Payload = unknown>(identifier: string, payload?: Payload, spec: JobSpec = {}): Promise<Job<Payload>> {
+  async add<Name extends TaskName>(identifier: Name, ...[payload, spec = {}]: AddArgs<Name>): Promise<Job<TaskPayload<Name>>> {
     checkManager(spec?.manager, this.db.dataSource);
     const job = this.validate(identifier, payload, spec);
     const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
@@ -78,11 +79,11 @@ export class JobQueueService {
         : await this.db.run<JobRow>('addJob', values, spec?.manager);
       return rows.map((row) => toJob(row));
     });
-    return added as Job<Payload>;
+    return added as Job<TaskPayload<Name>>;
   }
 
   /** Adds many jobs in one round trip and one NOTIFY; all are checked before any is written. */
-  async addMany(specs: JobSpecWithIdentifier[], options: { manager?: EntityManager } = {}): Promise<Job[]> {
+  async addMany(specs: readonly TypedJobSpec[], options: { manager?: EntityManager } = {}): Promise<Job[]> {
     if (!Array.isArray(specs)) throw new JobQueueError('JQ_INVALID_SPEC', 'addMany takes an array of job specs');
     checkManager(options?.manager, this.db.dataSource);
     const jobs = specs.map((spec, index) => {

@@ -49,3 +49,26 @@ export type JobQueueEvent =
   | { type: 'cron:schedule'; identifier: string; ts: Date; backfilled: boolean; jobId: string };
 
 export type JobQueueEventType = JobQueueEvent['type'];
+
+/** The event of one type, for a listener's parameter: `@OnJobEvent('job:failed') onFailed(event: JobQueueEventOf<'job:failed'>)`. */
+export type JobQueueEventOf<Type extends JobQueueEventType> = Extract<JobQueueEvent, { type: Type }>;
+
+/** Every event type, at run time (the record makes the compiler check that none is missing). */
+const EVENT_TYPES: Record<JobQueueEventType, true> = {
+  'worker:start': true,
+  'worker:stop': true,
+  'worker:error': true,
+  'worker:fenced': true,
+  'job:start': true,
+  'job:success': true,
+  'job:progress': true,
+  'job:cancelled': true,
+  'job:error': true,
+  'job:failed': true,
+  'job:complete': true,
+  'job:stuck': true,
+  'job:rescued': true,
+  'queue:blocked': true,
+  'cron:schedule': true,
+};
+export const JOB_QUEUE_EVENT_TYPES = Object.keys(EVENT_TYPES) as JobQueueEventType[];
