@@ -40,6 +40,8 @@ export type JobQueueErrorCode =
   | 'JQ_RESULT_NOT_JSON'
   | 'JQ_RESULT_TOO_LARGE'
   | 'JQ_INVALID_PROGRESS'
+  | 'JQ_JOB_FAILED_FOR_GOOD'
+  | 'JQ_JOB_SNOOZED'
   // the job lifecycle (cancelJob, retryJobs, waitForJob, listJobs)
   | 'JQ_JOB_NOT_FOUND'
   | 'JQ_JOB_FINISHED'

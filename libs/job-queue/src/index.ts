@@ -16,6 +16,7 @@ export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decor
 export { OnJobEvent } from './decorators/on-job-event.decorator';
 export type { JobContext, JobInfo, CronPayload } from './decorators/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
+export { PermanentJobError, SnoozeJob } from './worker/handler-outcomes';
 export { JobQueueMaintenance } from './maintenance/maintenance';
 export type { JobQueueEvent, JobQueueEventType, JobQueueEventOf } from './worker/events';
 export { JobQueueError, isJobQueueError, type JobQueueErrorCode } from './errors';

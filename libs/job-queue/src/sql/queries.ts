@@ -166,6 +166,9 @@ export function createQueries(schema: string) {
      *   (the cleaner deletes what its retention says).
      * - The other failures ($4 ids, $5 messages, $6 codes, $7 retry delays in ms) are unlocked
      *   with the error appended to `errors`, run_at moved (their queue place kept in first_run_at).
+     *   Two codes steer the outcome (worker/handler-outcomes.ts): JQ_JOB_FAILED_FOR_GOOD ends
+     *   the job failed whatever attempts it has left; JQ_JOB_SNOOZED retries it with its
+     *   attempt given back, even on its last one.
      * - Jobs still running get their start mark ($8: prefetched jobs whose handlers began
      *   since) and progress ($9 ids, $10 values as json text; a finishing job's last progress
      *   rides on its own row).
@@ -201,7 +204,8 @@ export function createQueries(schema: string) {
       finished as (
         delete from ${s}.jobs j using outcome o
         where j.id = o.id and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
-          and (o.ok or j.attempts >= j.max_attempts or j.cancel_requested_at is not null)
+          and (o.ok or (j.attempts >= j.max_attempts and o.code is distinct from 'JQ_JOB_SNOOZED')
+               or o.code = 'JQ_JOB_FAILED_FOR_GOOD' or j.cancel_requested_at is not null)
         returning j.*, o.ok, o.result, o.message, o.code,
           case when j.cancel_requested_at is not null then 'cancelled' when o.ok then 'completed' else 'failed' end as state
       ),
@@ -229,10 +233,12 @@ export function createQueries(schema: string) {
           first_run_at = coalesce(j.first_run_at, j.run_at),
           started_at = coalesce(j.started_at, now()),
           run_at = now() + o.delay_ms * interval '1 millisecond',
+          attempts = case when o.code = 'JQ_JOB_SNOOZED' then greatest(j.attempts - 1, 0) else j.attempts end,
           locked_at = null, locked_by = null, updated_at = now()
         from outcome o
         where j.id = o.id and not o.ok and j.locked_by = $1 and (j.key is null or j.id in (select id from held))
-          and j.attempts < j.max_attempts and j.cancel_requested_at is null
+          and (j.attempts < j.max_attempts or o.code = 'JQ_JOB_SNOOZED') and o.code is distinct from 'JQ_JOB_FAILED_FOR_GOOD'
+          and j.cancel_requested_at is null
         returning j.id, j.queue_name
       ),
       touched as (

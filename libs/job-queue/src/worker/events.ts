@@ -28,6 +28,8 @@ export type JobQueueEvent =
   | { type: 'job:error'; job: Job; error: unknown; retryAt: Date; durationMs: number }
   /** The attempt failed and no attempts are left: the job is failed for good (kept for retention.failed). */
   | { type: 'job:failed'; job: Job; error: unknown; durationMs: number }
+  /** The handler threw SnoozeJob: the job runs again at `until`, its attempt not spent. */
+  | { type: 'job:snoozed'; job: Job; until: Date; durationMs: number }
   /** After success, error or failed. */
   | { type: 'job:complete'; job: Job; error?: unknown }
   /**
@@ -65,6 +67,7 @@ const EVENT_TYPES: Record<JobQueueEventType, true> = {
   'job:cancelled': true,
   'job:error': true,
   'job:failed': true,
+  'job:snoozed': true,
   'job:complete': true,
   'job:stuck': true,
   'job:rescued': true,

@@ -22,6 +22,7 @@ import { poolSizeWarning } from './pool-size';
 import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
+import { PermanentJobError, SnoozeJob } from './handler-outcomes';
 import { errorCode, errorMessage, runJob, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
 
@@ -573,9 +574,16 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     // with the attempt returned. (One kept past the give-back counts as it ended.)
     if (this.stopping && entry.abort.signal.aborted && !entry.timedOut && !entry.kept) return;
     const message = errorMessage(error);
-    const delayMs = this.retryDelay(task.options.retryDelay, job.attempts, error);
+    if (error instanceof SnoozeJob) {
+      this.batcher.fail({ id: job.id, error: message, code: error.code, delayMs: error.delayMs, progress });
+      this.emit({ type: 'job:snoozed', job, until: new Date(Date.now() + error.delayMs), durationMs });
+      this.emit({ type: 'job:complete', job, error });
+      return;
+    }
+    const forGood = error instanceof PermanentJobError;
+    const delayMs = forGood ? 0 : this.retryDelay(task.options.retryDelay, job.attempts, error);
     this.batcher.fail({ id: job.id, error: message, code: errorCode(error), delayMs, progress });
-    if (job.attempts >= job.maxAttempts) {
+    if (forGood || job.attempts >= job.maxAttempts) {
       this.logger.error(`Job ${job.id} (${job.taskIdentifier}) failed for good after ${job.attempts} attempt(s): ${message}`);
       this.emit({ type: 'job:failed', job, error, durationMs });
     } else {

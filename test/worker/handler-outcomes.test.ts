@@ -1,0 +1,78 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
+import { isJobQueueError, PermanentJobError, SnoozeJob, Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
+import { waitFor } from '../support/wait';
+
+const runs = new Map<string, number>();
+const count = (ctx: JobContext) => {
+  const n = (runs.get(ctx.job.id) ?? 0) + 1;
+  runs.set(ctx.job.id, n);
+  return n;
+};
+
+@Injectable()
+class OutcomeTasks {
+  /** Five attempts allowed, but the payload can never work: it fails for good at once. */
+  @Task('unfixable', { maxAttempts: 5 })
+  unfixable(_payload: unknown, ctx: JobContext) {
+    count(ctx);
+    throw new PermanentJobError('the account was deleted');
+  }
+
+  /** One attempt allowed, snoozed twice before it runs: snoozes spend no attempt. */
+  @Task('rate_limited', { maxAttempts: 1 })
+  rateLimited(_payload: unknown, ctx: JobContext) {
+    if (count(ctx) <= 2) throw new SnoozeJob(20, 'rate limited, try again shortly');
+    return { sent: true };
+  }
+}
+
+/** A handler ending its job for good, or snoozing it: the rows, the runs and the events say so. */
+describe('handler outcomes: PermanentJobError and SnoozeJob', () => {
+  let ctx: TestAppContext;
+  const events: JobQueueEvent[] = [];
+  before(async () => {
+    ctx = await openTestApp('handler_outcomes', { providers: [OutcomeTasks], jobQueue: { pollInterval: 50 } });
+    ctx.t.worker.events$.subscribe((event) => events.push(event));
+  });
+  after(() => closeTestApp(ctx));
+
+  const finishedRow = async (id: string) =>
+    (await ctx.sql.query(`select state, attempts, max_attempts, last_error, errors from job_queue.finished_jobs where id = $1`, [id])).rows[0];
+
+  it('PermanentJobError fails the job for good on its first attempt, whatever attempts it had left', async () => {
+    const job = await ctx.t.jobs.add('unfixable', {});
+    await waitFor('the job to fail', async () => (await finishedRow(job.id)) !== undefined);
+    const row = await finishedRow(job.id);
+    assert.deepEqual(
+      { state: row.state, attempts: row.attempts, max: row.max_attempts, lastError: row.last_error, codes: row.errors.map((e: { code: string }) => e.code) },
+      { state: 'failed', attempts: 1, max: 5, lastError: 'JQ_JOB_FAILED_FOR_GOOD: the account was deleted', codes: ['JQ_JOB_FAILED_FOR_GOOD'] },
+    );
+    assert.equal(runs.get(job.id), 1, 'run once');
+    assert.deepEqual(events.filter((e) => e.type === 'job:failed' && e.job.id === job.id).length, 1);
+    assert.ok(!events.some((e) => e.type === 'job:error' && e.job.id === job.id), 'no retry announced');
+  });
+
+  it('SnoozeJob runs the job again later without spending an attempt, even its only one; each snooze is recorded', async () => {
+    const job = await ctx.t.jobs.add('rate_limited', {});
+    await waitFor('the job to complete', async () => (await finishedRow(job.id))?.state === 'completed');
+    const row = await finishedRow(job.id);
+    assert.equal(runs.get(job.id), 3, 'two snoozes, then the run that completed');
+    assert.equal(row.attempts, 1, 'the snoozes spent no attempt');
+    assert.deepEqual(row.errors.map((e: { code: string; message: string }) => [e.code, e.message]), [
+      ['JQ_JOB_SNOOZED', 'JQ_JOB_SNOOZED: rate limited, try again shortly'],
+      ['JQ_JOB_SNOOZED', 'JQ_JOB_SNOOZED: rate limited, try again shortly'],
+    ]);
+    const snoozed = events.filter((e): e is Extract<JobQueueEvent, { type: 'job:snoozed' }> => e.type === 'job:snoozed' && e.job.id === job.id);
+    assert.equal(snoozed.length, 2);
+    assert.ok(!events.some((e) => (e.type === 'job:error' || e.type === 'job:failed') && e.job.id === job.id));
+  });
+
+  it('a snooze delay that is not a duration is refused where it is thrown', () => {
+    assert.throws(() => new SnoozeJob('soon'), (error) => isJobQueueError(error, 'JQ_INVALID_SPEC'));
+    assert.throws(() => new SnoozeJob(-1), (error) => isJobQueueError(error, 'JQ_INVALID_SPEC'));
+    assert.equal(new SnoozeJob('1m').delayMs, 60_000);
+  });
+});
