@@ -49,7 +49,7 @@ export class TaskRegistry implements OnModuleInit {
   private discover(): void {
     if (this.discovered) return;
     this.discovered = true;
-    for (const { wrapper, meta, location, method } of this.taskMethods()) {
+    for (const { wrapper, meta, location, method, methodName } of this.taskMethods()) {
       const cron = takeCronMetadata(method);
       if (!wrapper.isDependencyTreeStatic() || !wrapper.instance) {
         throw new JobQueueError(
@@ -57,7 +57,10 @@ export class TaskRegistry implements OnModuleInit {
           `@${cron ? 'Cron on @' : ''}Task('${meta.identifier}') on ${location}: tasks must be on singleton providers, not request- or transient-scoped ones`,
         );
       }
-      this.register(meta, location, method.bind(wrapper.instance) as TaskHandler, cron);
+      // Looked up on the instance at each call rather than bound now: a test's spy on the
+      // provider's method (jest.spyOn, vi.spyOn) sees the calls.
+      const instance = wrapper.instance as Record<string, TaskHandler>;
+      this.register(meta, location, (payload, ctx) => instance[methodName](payload, ctx), cron);
     }
   }
 

@@ -129,6 +129,16 @@ export function createLifecycleQueries(s: string) {
       order by finished_at desc nulls first, id desc
       limit 50`,
 
+    /** $1 task, $2 payload (json text) the jobs' payloads contain: for tests (nestjs-job-queue/testing). Oldest first, at most 1,000. */
+    findJobsOfTask: `
+      select * from (
+        select ${activeColumns('j')} from ${s}.jobs j where j.task_identifier = $1 and j.payload @> $2::jsonb
+        union all
+        select ${finishedColumns('f')} from ${s}.finished_jobs f where f.task_identifier = $1 and f.payload @> $2::jsonb
+      ) found
+      order by id
+      limit 1000`,
+
     listJobsActive: listActive(null),
     listJobsWaiting: listActive('waiting'),
     listJobsScheduled: listActive('scheduled'),

@@ -1,0 +1,77 @@
+/**
+ * `nestjs-job-queue/testing`: helpers for an app's own tests, against its real database (as
+ * Oban.Testing does for Elixir): run one task's handler directly, find the jobs a call added,
+ * and drain the queue.
+ */
+import type { INestApplicationContext } from '@nestjs/common';
+import { TaskRegistry } from '../decorators/task-registry';
+import { JobQueueError } from '../errors';
+import { JobQueueDatabase } from '../module/job-queue-database';
+import { toJob, type Job, type JobProgress, type JobRow, type JobState } from '../service/job';
+import { JobQueueService } from '../service/job-queue.service';
+import type { TaskName, TaskPayload } from '../service/typed-tasks';
+import { toJsonText } from '../json';
+import { JobQueueWorker } from '../worker/job-queue.worker';
+import { runJob } from '../worker/run-job';
+
+export interface RunTaskOptions {
+  /** The attempt the handler sees (ctx.job.attempts). Default 1. */
+  attempt?: number;
+  maxAttempts?: number;
+  /** Abort it to test a handler's cancellation or timeout path. */
+  signal?: AbortSignal;
+}
+
+export interface TaskRun<Result = unknown> {
+  /** What the handler returned. */
+  result: Result;
+  /** Every value it passed to ctx.progress(), in order. */
+  progress: JobProgress[];
+}
+
+/**
+ * Calls a task's handler with a payload, as the worker would (the same JobContext: logger,
+ * signal, addJob, progress), but with no job row: nothing is claimed or released. A handler
+ * that throws makes this reject with what it threw. JQ_UNKNOWN_TASK for a task this app has
+ * no handler for.
+ */
+export async function runTask<Name extends TaskName, Result = unknown>(
+  app: INestApplicationContext,
+  identifier: Name,
+  payload: TaskPayload<Name>,
+  options: RunTaskOptions = {},
+): Promise<TaskRun<Result>> {
+  const task = app.get(TaskRegistry).get(identifier);
+  if (!task) throw new JobQueueError('JQ_UNKNOWN_TASK', `runTask: no @Task('${identifier}') in this app`);
+  const jobs = app.get(JobQueueService);
+  const now = new Date();
+  const job: Job = {
+    id: '0', state: 'running', taskIdentifier: identifier, queueName: task.options.queueName ?? null, payload,
+    priority: task.options.priority ?? 0, runAt: now, attempts: options.attempt ?? 1, maxAttempts: options.maxAttempts ?? task.options.maxAttempts ?? 25,
+    lastError: null, key: null, revision: 0, flags: [], lockedAt: now, lockedBy: 'runTask', createdAt: now, updatedAt: now, startedAt: now,
+    finishedAt: null, result: null, progress: null, errors: [], workerId: 'runTask', cancelRequestedAt: null, traceContext: null,
+  };
+  const progress: JobProgress[] = [];
+  const outcome = await runJob(task, job, options.signal ?? new AbortController().signal, (name, ...args) => jobs.add(name, ...args), (value) => void progress.push(value));
+  if (!outcome.ok) throw outcome.error;
+  return { result: outcome.result as Result, progress };
+}
+
+/**
+ * The jobs of a task whose payload contains `payload` (JSON containment: the fields given,
+ * any others), unfinished or finished, oldest first: what a test asserts a call added.
+ */
+export async function findJobs<Name extends TaskName>(
+  app: INestApplicationContext,
+  filter: { task: Name; payload?: Partial<TaskPayload<Name>> | Record<string, unknown>; state?: JobState },
+): Promise<Job[]> {
+  const db = app.get(JobQueueDatabase);
+  const payload = toJsonText(filter.payload ?? {}, 'findJobs payload', db.options.maxJsonBytes, { notJson: 'JQ_INVALID_PAYLOAD', tooLarge: 'JQ_PAYLOAD_TOO_LARGE' }, '{}');
+  const rows = await db.runPlannedEachTime<JobRow>('findJobsOfTask', [filter.task, payload]);
+  return rows.map((row) => toJob(row)).filter((job) => filter.state === undefined || job.state === filter.state);
+}
+
+/** Runs every available job, and the jobs they add, until none is left and every result is written. */
+export function drain(app: INestApplicationContext): Promise<void> {
+  return app.get(JobQueueWorker).runUntilIdle();
+}
