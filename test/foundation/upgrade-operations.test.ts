@@ -1,14 +1,11 @@
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { Injectable, type LoggerService } from '@nestjs/common';
 import type { Client } from 'pg';
-import { DataSource } from 'typeorm';
-import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { installPreviousVersion, LIFECYCLE_VERSION, OldWorkerProcess, stopOldWorkers, type PreviousVersionApp } from '../support/previous-version';
-import { createRunsTable, migrationNames, printed, range, type Run } from '../support/upgrade';
+import { createRunsTable, migrationNames, NewTasks, printed, range, warningsLogger, type Run } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000'];
@@ -17,28 +14,6 @@ const NEW_MIGRATION = 'Operations1764000000000';
 const SLEEP_MS = 4_000;
 const STAGGER_MS = 30;
 const NEW_CONCURRENCY = 6;
-
-/** The new version's handlers, in the test process: as old-worker.js's `record`; `sleep` records at once. */
-@Injectable()
-class NewTasks {
-  constructor(private readonly dataSource: DataSource) {}
-
-  @Task('record')
-  async record(payload: unknown, ctx: JobContext) {
-    await this.dataSource.query('insert into runs (job_id, pid, attempt, task, payload) values ($1, $2, $3, $4, $5)', [
-      ctx.job.id,
-      process.pid,
-      ctx.job.attempts,
-      ctx.job.taskIdentifier,
-      JSON.stringify(payload ?? null),
-    ]);
-  }
-
-  @Task('sleep')
-  async sleep(payload: unknown, ctx: JobContext) {
-    await this.record(payload, ctx);
-  }
-}
 
 /** The columns of a waiting job that nothing may change (the migration neither). */
 const SNAPSHOT = `select id::text, task_identifier, payload, queue_name, priority, run_at, attempts, max_attempts, last_error, key,
@@ -110,12 +85,7 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     for (const id of sleeps) await printed(old, `started sleep ${id}`);
 
     // c. The new code starts beside it and migrates.
-    const newLogs: string[] = [];
-    const logger: LoggerService = {
-      log: () => undefined,
-      warn: (message: unknown, context?: unknown) => void newLogs.push(`warn [${context}] ${message}`),
-      error: (message: unknown, ...rest: unknown[]) => void newLogs.push(`error ${message} ${rest.join(' ')}`),
-    };
+    const { logger, logs: newLogs } = warningsLogger();
     t = await createTestApp({ url: db.url, providers: [NewTasks], logger, jobQueue: { pollInterval: 200, concurrency: NEW_CONCURRENCY } });
     const [migrated] = await q<{ at: Date }>('select applied_at as at from job_queue.migrations where name = $1', [NEW_MIGRATION]);
     assert.deepEqual(await migrationNames(sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);

@@ -1,13 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { Injectable, type LoggerService } from '@nestjs/common';
 import type { Client } from 'pg';
-import { DataSource } from 'typeorm';
-import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { installPreviousVersion, OldWorkerProcess, PREVIOUS_VERSION, stopOldWorkers, type PreviousVersionApp } from '../support/previous-version';
-import { createRunsTable, migrationNames, printed, range, sortIds, type Run } from '../support/upgrade';
+import { createRunsTable, migrationNames, NewTasks, printed, range, sortIds, warningsLogger, type Run } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000'];
@@ -24,32 +21,6 @@ const NEW_HEARTBEAT_MS = 250;
 const FAIL_MESSAGE = 'failed on purpose';
 /** The key of a job the old version failed for good: free again once the job has left `jobs`. */
 const FAILED_KEY = 'upgrade-failed';
-
-/**
- * The new version's handlers, in the test process: `record` as the old app's (old-worker.js);
- * `sleep` records its run at once, without sleeping (it only ever runs the job the old
- * worker gives back at shutdown). No `fail`: only the old worker runs those.
- */
-@Injectable()
-class NewTasks {
-  constructor(private readonly dataSource: DataSource) {}
-
-  @Task('record')
-  async record(payload: unknown, ctx: JobContext) {
-    await this.dataSource.query('insert into runs (job_id, pid, attempt, task, payload) values ($1, $2, $3, $4, $5)', [
-      ctx.job.id,
-      process.pid,
-      ctx.job.attempts,
-      ctx.job.taskIdentifier,
-      JSON.stringify(payload ?? null),
-    ]);
-  }
-
-  @Task('sleep')
-  async sleep(payload: unknown, ctx: JobContext) {
-    await this.record(payload, ctx);
-  }
-}
 
 /** The columns of a job that nothing may change while it waits (the upgrade neither). */
 const SNAPSHOT = `select id::text, task_identifier, payload, queue_name, priority, run_at, attempts, max_attempts, last_error, key,
@@ -174,12 +145,7 @@ describe('upgrading a populated database while workers of the previous version r
     assert.deepEqual(queuesBefore.locked.filter((name) => name !== 'q-c'), ['q-a', 'q-b'], 'the old worker holds the queues of its sleeps');
 
     // c. The new code starts beside it, and migrates at startup.
-    const newLogs: string[] = [];
-    const logger: LoggerService = {
-      log: () => undefined,
-      warn: (message: unknown, context?: unknown) => void newLogs.push(`warn [${context}] ${message}`),
-      error: (message: unknown, ...rest: unknown[]) => void newLogs.push(`error ${message} ${rest.join(' ')}`),
-    };
+    const { logger, logs: newLogs } = warningsLogger();
     let newForbidden = ['old-only'];
     const bootStarted = Date.now();
     t = await createTestApp({

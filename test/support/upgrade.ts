@@ -1,6 +1,46 @@
-/** What the upgrade tests share: the table both versions' handlers record their runs in, and small helpers. */
+/** What the upgrade tests share: the new version's tasks, the table both versions' handlers record their runs in, and small helpers. */
+import { Injectable, type LoggerService } from '@nestjs/common';
 import type { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { Task, type JobContext } from '../../libs/job-queue/src';
 import type { OldWorkerProcess } from './previous-version';
+
+/**
+ * The new version's handlers, in the test process: `record` as the old app's (old-worker.js);
+ * `sleep` records its run at once, without sleeping (it only ever runs a job an old worker
+ * gives back at shutdown). No `fail`: only the old worker runs those.
+ */
+@Injectable()
+export class NewTasks {
+  constructor(private readonly dataSource: DataSource) {}
+
+  @Task('record')
+  async record(payload: unknown, ctx: JobContext) {
+    await this.dataSource.query('insert into runs (job_id, pid, attempt, task, payload) values ($1, $2, $3, $4, $5)', [
+      ctx.job.id,
+      process.pid,
+      ctx.job.attempts,
+      ctx.job.taskIdentifier,
+      JSON.stringify(payload ?? null),
+    ]);
+  }
+
+  @Task('sleep')
+  async sleep(payload: unknown, ctx: JobContext) {
+    await this.record(payload, ctx);
+  }
+}
+
+/** A logger for the new app that keeps its warnings and errors (an upgrade must log none), and drops the rest. */
+export function warningsLogger(): { logger: LoggerService; logs: string[] } {
+  const logs: string[] = [];
+  const logger: LoggerService = {
+    log: () => undefined,
+    warn: (message: unknown, context?: unknown) => void logs.push(`warn [${context}] ${message}`),
+    error: (message: unknown, ...rest: unknown[]) => void logs.push(`error ${message} ${rest.join(' ')}`),
+  };
+  return { logger, logs };
+}
 
 export interface Run {
   job_id: string;
