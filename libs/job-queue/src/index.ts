@@ -17,6 +17,7 @@ export { OnJobEvent } from './decorators/on-job-event.decorator';
 export type { JobContext, JobInfo, CronPayload } from './decorators/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
 export { PermanentJobError, SnoozeJob } from './worker/handler-outcomes';
+export type { JobMiddleware, JobMiddlewareContext } from './worker/job-middleware';
 export { JobQueueMaintenance } from './maintenance/maintenance';
 export type { JobQueueEvent, JobQueueEventType, JobQueueEventOf } from './worker/events';
 export { JobQueueError, isJobQueueError, type JobQueueErrorCode } from './errors';

@@ -4,6 +4,7 @@ import { DEFAULT_MAX_JSON_BYTES } from '../json';
 import { JobQueueError } from '../errors';
 import { validateTaskIdentifier } from '../service/validate-job-spec';
 import { validateSchemaName } from '../sql/identifier';
+import type { JobMiddleware } from '../worker/job-middleware';
 
 type PostgresDataSourceOptions = Extract<DataSourceOptions, { type: 'postgres' }>;
 
@@ -92,6 +93,8 @@ export interface JobQueueModuleOptions {
    * them off even then.
    */
   telemetry?: boolean;
+  /** Functions that wrap every handler, the first outermost (see JobMiddleware). */
+  middleware?: JobMiddleware[];
 }
 
 export interface ResolvedJobQueueOptions {
@@ -110,6 +113,7 @@ export interface ResolvedJobQueueOptions {
   retention: Retention;
   maxJsonBytes: number;
   telemetry: boolean;
+  middleware: readonly JobMiddleware[];
 }
 
 function resolveRetention(options: unknown): Retention {
@@ -152,6 +156,10 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
   ) {
     throw new JobQueueError('JQ_INVALID_OPTIONS', 'forbiddenFlags must be an array of strings or a function');
   }
+  const { middleware = [] } = options;
+  if (!Array.isArray(middleware) || !middleware.every((wrap) => typeof wrap === 'function')) {
+    throw new JobQueueError('JQ_INVALID_OPTIONS', 'middleware must be an array of functions (ctx, next) => Promise<unknown>');
+  }
   if (crontab !== undefined && typeof crontab !== 'string') {
     throw new JobQueueError('JQ_INVALID_OPTIONS', 'crontab must be a string');
   }
@@ -186,6 +194,7 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
     migrationsRun: options.migrationsRun ?? true,
     worker: options.worker ?? true,
     telemetry: options.telemetry ?? true,
+    middleware,
     concurrency: positiveInteger('concurrency', options.concurrency, 10, 1000),
     pollInterval: positiveInteger('pollInterval', options.pollInterval, 2000, 3_600_000),
     shutdownGracePeriod: positiveInteger('shutdownGracePeriod', options.shutdownGracePeriod, 5000, 3_600_000),

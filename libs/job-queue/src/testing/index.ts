@@ -31,7 +31,7 @@ export interface TaskRun<Result = unknown> {
 
 /**
  * Calls a task's handler with a payload, as the worker would (the same JobContext: logger,
- * signal, addJob, progress), but with no job row: nothing is claimed or released. A handler
+ * signal, addJob, progress; through the module's middleware), but with no job row: nothing is claimed or released. A handler
  * that throws makes this reject with what it threw. JQ_UNKNOWN_TASK for a task this app has
  * no handler for.
  */
@@ -52,7 +52,7 @@ export async function runTask<Name extends TaskName, Result = unknown>(
     finishedAt: null, result: null, progress: null, errors: [], workerId: 'runTask', cancelRequestedAt: null, traceContext: null,
   };
   const progress: JobProgress[] = [];
-  const outcome = await runJob(task, job, options.signal ?? new AbortController().signal, (name, ...args) => jobs.add(name, ...args), (value) => void progress.push(value));
+  const outcome = await runJob(task, job, options.signal ?? new AbortController().signal, (name, ...args) => jobs.add(name, ...args), (value) => void progress.push(value), app.get(JobQueueDatabase).options.middleware);
   if (!outcome.ok) throw outcome.error;
   return { result: outcome.result as Result, progress };
 }

@@ -510,7 +510,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
-    const run = () => runJob(task, job, entry.abort.signal, (identifier, ...args) => this.jobs.add(identifier, ...args), progress);
+    const run = () => runJob(task, job, entry.abort.signal, (identifier, ...args) => this.jobs.add(identifier, ...args), progress, this.db.options.middleware);
     entry.done = this.telemetry.traceAttempt(job, run).then(
       (outcome) => {
         entry.settled();

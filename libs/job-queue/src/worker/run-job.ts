@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import type { JobContext } from '../decorators/job-context';
 import type { RegisteredTask } from '../decorators/task-registry';
 import type { Job } from '../service/job';
+import { withMiddleware, type JobMiddleware } from './job-middleware';
 
 export type JobOutcome = { ok: true; result: unknown } | { ok: false; error: unknown };
 
@@ -12,6 +13,7 @@ export async function runJob(
   signal: AbortSignal,
   addJob: JobContext['addJob'],
   progress: JobContext['progress'],
+  middleware: readonly JobMiddleware[] = [],
 ): Promise<JobOutcome> {
   const ctx: JobContext = {
     job: {
@@ -31,7 +33,9 @@ export async function runJob(
     progress,
   };
   try {
-    return { ok: true, result: await task.handler(job.payload, ctx) };
+    if (middleware.length === 0) return { ok: true, result: await task.handler(job.payload, ctx) };
+    const chain = withMiddleware(middleware, { ...ctx, task: task.identifier, payload: job.payload }, () => task.handler(job.payload, ctx));
+    return { ok: true, result: await chain() };
   } catch (error) {
     return { ok: false, error };
   }
