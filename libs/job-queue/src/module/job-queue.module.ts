@@ -3,6 +3,7 @@ import { DiscoveryModule } from '@nestjs/core';
 import { CronScheduler } from '../cron/cron-scheduler';
 import { TaskRegistry } from '../decorators/task-registry';
 import { JobQueueMaintenance } from '../maintenance/maintenance';
+import { AmbientTransaction } from '../service/ambient-transaction';
 import { JobQueueService } from '../service/job-queue.service';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { JobWaiter } from '../service/job-waiter';
@@ -17,7 +18,7 @@ import { ConfigurableJobQueueModule, JOB_QUEUE_OPTIONS_TYPE } from './job-queue.
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueTelemetry, JobQueueService, JobQueueWorker, JobEventListeners, CronScheduler, JobQueueMaintenance],
+  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueTelemetry, AmbientTransaction, JobQueueService, JobQueueWorker, JobEventListeners, CronScheduler, JobQueueMaintenance],
   // JobQueueDatabase and TaskRegistry for the optional integrations (dashboard, health), not for apps
   exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance, JobQueueDatabase, TaskRegistry],
 })

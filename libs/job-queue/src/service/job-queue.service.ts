@@ -7,6 +7,7 @@ import { checkDuration } from '../duration';
 import { JOB_STATES, listStatements, type JobState } from '../sql/lifecycle';
 import { checkManager } from './check-manager';
 import { toJob, type Job, type JobRow, type JobSpec } from './job';
+import { AmbientTransaction } from './ambient-transaction';
 import { JobWaiter } from './job-waiter';
 import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from './typed-tasks';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
@@ -62,6 +63,7 @@ export class JobQueueService {
     private readonly tasks: TaskRegistry,
     private readonly waiter: JobWaiter,
     private readonly telemetry: JobQueueTelemetry,
+    private readonly ambient: AmbientTransaction,
   ) {}
 
   /**
@@ -69,14 +71,15 @@ export class JobQueueService {
    * wake-up of the workers) exists only once it commits.
    */
   async add<Name extends TaskName>(identifier: Name, ...[payload, spec = {}]: AddArgs<Name>): Promise<Job<TaskPayload<Name>>> {
-    checkManager(spec?.manager, this.db.dataSource);
+    const manager = spec?.manager ?? this.ambient.manager();
+    checkManager(manager, this.db.dataSource);
     const job = this.validate(identifier, payload, spec);
     const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
     const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
       const trace = toTraceColumns(carrier);
       const rows = trace
-        ? await this.db.run<JobRow>('addJobTraced', [...values, trace.traceId, trace.spanId, trace.flags], spec?.manager)
-        : await this.db.run<JobRow>('addJob', values, spec?.manager);
+        ? await this.db.run<JobRow>('addJobTraced', [...values, trace.traceId, trace.spanId, trace.flags], manager)
+        : await this.db.run<JobRow>('addJob', values, manager);
       return rows.map((row) => toJob(row));
     });
     return added as Job<TaskPayload<Name>>;
@@ -85,7 +88,8 @@ export class JobQueueService {
   /** Adds many jobs in one round trip and one NOTIFY; all are checked before any is written. */
   async addMany(specs: readonly TypedJobSpec[], options: { manager?: EntityManager } = {}): Promise<Job[]> {
     if (!Array.isArray(specs)) throw new JobQueueError('JQ_INVALID_SPEC', 'addMany takes an array of job specs');
-    checkManager(options?.manager, this.db.dataSource);
+    const manager = options?.manager ?? this.ambient.manager();
+    checkManager(manager, this.db.dataSource);
     const jobs = specs.map((spec, index) => {
       try {
         if (spec === null || typeof spec !== 'object') throw new JobQueueError('JQ_INVALID_SPEC', 'a job spec must be an object');
@@ -111,10 +115,10 @@ export class JobQueueService {
       const trace = toTraceColumns(carrier);
       const traceValues = trace ? [trace.traceId, trace.spanId, trace.flags] : [null, null, null];
       const rows = !keyed
-        ? await this.db.run<JobRow>('addJobsBulk', [...columns, ...traceValues], options.manager)
+        ? await this.db.run<JobRow>('addJobsBulk', [...columns, ...traceValues], manager)
         : trace
-          ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues], options.manager)
-          : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], options.manager);
+          ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues], manager)
+          : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], manager);
       return rows.map((row) => toJob(row));
     });
   }

@@ -1,0 +1,45 @@
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import type { EntityManager } from 'typeorm';
+
+interface TransactionHostLike {
+  isTransactionActive(): boolean;
+  readonly tx: unknown;
+}
+
+/**
+ * The transaction the caller is in, when the app uses `@nestjs-cls/transactional` (an
+ * optional peer) with its TypeORM adapter: `add()` inside a `@Transactional()` method joins
+ * that transaction without a `manager`. Asked through the plugin's own TransactionHost, never
+ * by reading CLS keys. Without the package, or without the plugin set up, nothing changes.
+ */
+@Injectable()
+export class AmbientTransaction implements OnModuleInit {
+  private host?: TransactionHostLike;
+
+  constructor(private readonly moduleRef: ModuleRef) {}
+
+  onModuleInit(): void {
+    let TransactionHost: unknown;
+    try {
+      ({ TransactionHost } = require('@nestjs-cls/transactional') as { TransactionHost: unknown });
+    } catch (error) {
+      if ((error as { code?: string }).code === 'MODULE_NOT_FOUND') return;
+      throw error;
+    }
+    try {
+      this.host = this.moduleRef.get(TransactionHost as never, { strict: false }) as TransactionHostLike;
+    } catch {
+      this.host = undefined; // installed, but the app did not set up ClsPluginTransactional
+    }
+  }
+
+  /** The active transaction's EntityManager, or undefined outside one. */
+  manager(): EntityManager | undefined {
+    try {
+      return this.host?.isTransactionActive() ? (this.host.tx as EntityManager) : undefined;
+    } catch {
+      return undefined; // no CLS context here (a call from outside a request, say)
+    }
+  }
+}
