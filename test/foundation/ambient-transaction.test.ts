@@ -3,9 +3,10 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { ClsPluginTransactional, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-typeorm';
-import { ClsModule } from 'nestjs-cls';
+import { ClsModule, ClsService } from 'nestjs-cls';
 import { DataSource } from 'typeorm';
-import { JobQueueService } from '../../libs/job-queue/src';
+import { JobQueueService, Task, type JobContext } from '../../libs/job-queue/src';
+import { drain } from '../../libs/job-queue/src/testing';
 import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
 
 /** An app's service, written as @nestjs-cls/transactional users write theirs: no manager anywhere. */
@@ -26,6 +27,26 @@ class Orders {
   }
 }
 
+const seen: Array<[string, unknown]> = [];
+
+/** A handler that is itself @Transactional() and uses ClsService: each job runs in a CLS context of its own. */
+@Injectable()
+class Shipping {
+  constructor(
+    private readonly txHost: TransactionHost<TransactionalAdapterTypeOrm>,
+    private readonly cls: ClsService,
+  ) {}
+
+  @Task('ship_order')
+  @Transactional()
+  async ship(payload: { id: number }, ctx: JobContext) {
+    this.cls.set('job', ctx.job.id);
+    await new Promise((resolve) => setTimeout(resolve, 10)); // the other jobs run meanwhile
+    seen.push([ctx.job.id, this.cls.get('job')]);
+    await this.txHost.tx.query('insert into shipments (order_id) values ($1)', [payload.id]);
+  }
+}
+
 /**
  * add() and addMany() inside a @Transactional() method join its transaction through
  * TransactionHost: the jobs exist if and only if the method's writes commit. Outside one,
@@ -35,16 +56,16 @@ describe('ambient transactions (@nestjs-cls/transactional)', () => {
   let ctx: TestAppContext;
   before(async () => {
     ctx = await openTestApp('ambient_tx', {
-      providers: [Orders],
+      providers: [Orders, Shipping],
       imports: [
         ClsModule.forRoot({
           global: true,
           plugins: [new ClsPluginTransactional({ adapter: new TransactionalAdapterTypeOrm({ dataSourceToken: DataSource }) })],
         }),
       ],
-      jobQueue: { worker: false, externalTasks: ['ship_order'] },
+      jobQueue: { worker: false },
     });
-    await ctx.sql.query('create table orders (id int primary key)');
+    await ctx.sql.query('create table orders (id int primary key); create table shipments (order_id int not null)');
   });
   after(() => closeTestApp(ctx));
 
@@ -67,5 +88,13 @@ describe('ambient transactions (@nestjs-cls/transactional)', () => {
     const job = await ctx.t.jobs.add('ship_order', { id: 3 });
     assert.equal(job.state, 'waiting');
     assert.deepEqual(await jobsFor(3), [{ id: 3 }]);
+  });
+
+  it('each job runs in its own CLS context: ClsService and @Transactional() work inside handlers', async () => {
+    await drain(ctx.t.app);
+    const shipped = (await ctx.sql.query('select order_id from shipments order by order_id')).rows.map((row) => row.order_id);
+    assert.deepEqual(shipped, [1, 1, 3], 'the three committed jobs ran, each writing in its own transaction');
+    assert.equal(seen.length, 3);
+    assert.deepEqual(seen.filter(([id, fromCls]) => id !== fromCls), [], 'each handler read back its own job id from CLS');
   });
 });

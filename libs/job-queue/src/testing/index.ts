@@ -12,6 +12,7 @@ import { JobQueueService } from '../service/job-queue.service';
 import type { TaskName, TaskPayload } from '../service/typed-tasks';
 import { toJsonText } from '../json';
 import { JobQueueWorker } from '../worker/job-queue.worker';
+import { JobClsContext } from '../worker/job-cls-context';
 import { runJob } from '../worker/run-job';
 
 export interface RunTaskOptions {
@@ -52,7 +53,7 @@ export async function runTask<Name extends TaskName, Result = unknown>(
     finishedAt: null, result: null, progress: null, errors: [], workerId: 'runTask', cancelRequestedAt: null, traceContext: null,
   };
   const progress: JobProgress[] = [];
-  const outcome = await runJob(task, job, options.signal ?? new AbortController().signal, (name, ...args) => jobs.add(name, ...args), (value) => void progress.push(value), app.get(JobQueueDatabase).options.middleware);
+  const outcome = await app.get(JobClsContext).run(() => runJob(task, job, options.signal ?? new AbortController().signal, (name, ...args) => jobs.add(name, ...args), (value) => void progress.push(value), app.get(JobQueueDatabase).options.middleware));
   if (!outcome.ok) throw outcome.error;
   return { result: outcome.result as Result, progress };
 }

@@ -23,6 +23,7 @@ import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
+import { JobClsContext } from './job-cls-context';
 import { errorCode, errorMessage, runJob, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
 
@@ -95,6 +96,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     private readonly tasks: TaskRegistry,
     private readonly jobs: JobQueueService,
     private readonly telemetry: JobQueueTelemetry,
+    private readonly clsContext: JobClsContext,
   ) {
     this.prefetch = new PrefetchSizer(this.db.options.concurrency);
     this.batcher = this.createBatcher();
@@ -510,7 +512,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
-    const run = () => runJob(task, job, entry.abort.signal, (identifier, ...args) => this.jobs.add(identifier, ...args), progress, this.db.options.middleware);
+    const run = () =>
+      this.clsContext.run(() => runJob(task, job, entry.abort.signal, (identifier, ...args) => this.jobs.add(identifier, ...args), progress, this.db.options.middleware));
     entry.done = this.telemetry.traceAttempt(job, run).then(
       (outcome) => {
         entry.settled();

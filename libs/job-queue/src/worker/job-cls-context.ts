@@ -1,0 +1,39 @@
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+
+interface ClsServiceLike {
+  run<T>(options: { ifNested: 'inherit' | 'reuse' | 'override' }, callback: () => T): T;
+}
+
+/**
+ * When the app uses `nestjs-cls` (an optional peer), each job runs in a CLS context of its
+ * own, as a request does: `ClsService` works inside handlers, and so does `@Transactional()`
+ * of @nestjs-cls/transactional. Without the package (or without ClsModule), handlers run as
+ * they are.
+ */
+@Injectable()
+export class JobClsContext implements OnModuleInit {
+  private cls?: ClsServiceLike;
+
+  constructor(private readonly moduleRef: ModuleRef) {}
+
+  onModuleInit(): void {
+    let ClsService: unknown;
+    try {
+      ({ ClsService } = require('nestjs-cls') as { ClsService: unknown });
+    } catch (error) {
+      if ((error as { code?: string }).code === 'MODULE_NOT_FOUND') return;
+      throw error;
+    }
+    try {
+      this.cls = this.moduleRef.get(ClsService as never, { strict: false }) as ClsServiceLike;
+    } catch {
+      this.cls = undefined; // installed, but the app did not import ClsModule
+    }
+  }
+
+  /** Runs `fn` in a fresh CLS context (never the caller's: each job has its own). */
+  run<T>(fn: () => T): T {
+    return this.cls ? this.cls.run({ ifNested: 'override' }, fn) : fn();
+  }
+}
