@@ -67,7 +67,7 @@ describe('cron backfill after downtime', () => {
           url: db.url,
           providers: [ReportTasks, eventRecorder(events)],
           // crontab lines are in UTC; fill=5h reaches back to four and a half hours before the latest tick
-          jobQueue: { worker: false, crontab: `# a comment\n${expression} from_crontab ?id=crontab_fill&fill=5h&max=4 {"source":"crontab"}\n` },
+          jobQueue: { worker: false, crontab: `# a comment\n${expression} from_crontab ?id=crontab_fill&fill=5h&max=4 {source: 'crontab',}\n` /* JSON5, as graphile-worker reads it */ },
         }),
       ),
     );

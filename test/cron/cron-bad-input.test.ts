@@ -67,7 +67,7 @@ describe('cron bad input stops the app with a JQ_* code naming the place', () =>
     ['@Cron on a request-scoped provider', [RequestScopedCron], 'JQ_REQUEST_SCOPED_CRON', /RequestScopedCron\.run/],
     ['a crontab line that does not parse', [Known], 'JQ_INVALID_CRONTAB', /crontab line 1/, '* * * known'],
     ['a crontab option that does not exist', [Known], 'JQ_INVALID_CRONTAB', /unknown option 'every'/, '* * * * * known ?every=2'],
-    ['a crontab payload that is not JSON', [Known], 'JQ_INVALID_CRONTAB', /not valid JSON/, '* * * * * known {nope}'],
+    ['a crontab payload that is not JSON5', [Known], 'JQ_INVALID_CRONTAB', /not valid JSON5/, '* * * * * known {nope}'],
     ['a crontab naming an unknown task', [Known], 'JQ_UNKNOWN_TASK', /unknown_task/, '* * * * * unknown_task'],
     ['a crontab with a bad expression', [Known], 'JQ_INVALID_CRON_EXPRESSION', /crontab line 2/, '\n99 * * * * known'],
     ['a crontab fill that is not a period', [Known], 'JQ_INVALID_CRONTAB', /fill must be a period/, '* * * * * known ?fill=forever'],

@@ -1,3 +1,4 @@
+import JSON5 from 'json5';
 import { JobQueueError } from '../errors';
 import type { CronItemSpec } from './cron-item';
 import { parseDuration } from '../duration';
@@ -5,10 +6,11 @@ import { parseDuration } from '../duration';
 /**
  * Parses graphile-worker's crontab syntax, one schedule per line:
  *
- *   <min> <hour> <day of month> <month> <day of week> <task> [?opts] [{json payload}]
+ *   <min> <hour> <day of month> <month> <day of week> <task> [?opts] [{json5 payload}]
  *
  * in UTC. Options: id (the schedule's identifier, default the task), fill (backfill
- * period, e.g. 2d), max (maxAttempts), queue, priority. Blank lines and # comments are skipped.
+ * period, e.g. 2d), max (maxAttempts), queue, priority. The payload is JSON5, as graphile-worker
+ * reads it (`{to: 'ops', retries: 2,}`). Blank lines and # comments are skipped.
  */
 export function parseCrontab(text: string): CronItemSpec[] {
   const specs: CronItemSpec[] = [];
@@ -20,7 +22,7 @@ export function parseCrontab(text: string): CronItemSpec[] {
       throw new JobQueueError('JQ_INVALID_CRONTAB', `${source} '${line}': ${why}`);
     };
     const match = /^(\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s+([^\s?{]+)(?:\s+\?(\S*))?(?:\s+(\{.*\}))?$/.exec(line);
-    if (!match) fail('expected five time fields, a task identifier, then optionally ?options and a {json} payload');
+    if (!match) fail('expected five time fields, a task identifier, then optionally ?options and a {json5} payload');
     const [, expression, task, query, json] = match!;
 
     const spec: CronItemSpec = { identifier: task, task, expression, timeZone: 'UTC', source };
@@ -35,9 +37,9 @@ export function parseCrontab(text: string): CronItemSpec[] {
     if (json !== undefined) {
       let payload: unknown;
       try {
-        payload = JSON.parse(json);
+        payload = JSON5.parse(json);
       } catch (error) {
-        fail(`the payload is not valid JSON: ${(error as Error).message}`);
+        fail(`the payload is not valid JSON5: ${(error as Error).message}`);
       }
       if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) fail('the payload must be a JSON object');
       spec.payload = payload as Record<string, unknown>;
