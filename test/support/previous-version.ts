@@ -66,10 +66,10 @@ export class OldWorkerProcess {
   readonly exited: Promise<Exit>;
   private told = false;
 
-  private constructor(app: PreviousVersionApp, url: string) {
+  private constructor(app: PreviousVersionApp, url: string, env: Record<string, string>) {
     this.child = spawn(process.execPath, [join(app.dir, 'old-worker.js')], {
       cwd: app.dir,
-      env: { ...process.env, DATABASE_URL: url, NO_COLOR: '1' }, // Nest's log lines without colour codes, for the test's patterns
+      env: { ...process.env, ...env, DATABASE_URL: url, NO_COLOR: '1' }, // Nest's log lines without colour codes, for the test's patterns
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     this.child.stdout!.on('data', (chunk) => (this.output += chunk));
@@ -89,9 +89,12 @@ export class OldWorkerProcess {
     });
   }
 
-  /** Starts one and resolves once its worker has started (and so its migrations have run). */
-  static async start(app: PreviousVersionApp, url: string): Promise<OldWorkerProcess> {
-    const worker = new OldWorkerProcess(app, url);
+  /**
+   * Starts one and resolves once its worker has started (and so its migrations have run, and
+   * its schedules are registered). `env`: more of old-worker.js's environment (OLD_WORKER_CRON).
+   */
+  static async start(app: PreviousVersionApp, url: string, env: Record<string, string> = {}): Promise<OldWorkerProcess> {
+    const worker = new OldWorkerProcess(app, url, env);
     await worker.waitForOutput('ready', /^ready \S+$/m);
     return worker;
   }
