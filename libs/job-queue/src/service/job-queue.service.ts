@@ -184,9 +184,15 @@ export class JobQueueService {
    */
   async deleteJob(id: string): Promise<void> {
     const [jobId] = validateJobIds([id]);
-    const [{ deleted, held }] = await this.db.run<{ deleted: number; held: boolean }>('deleteJob', [jobId]);
-    if (held) throw new JobQueueError('JQ_JOB_RUNNING', `job ${jobId} is held by a worker: cancel it first`);
-    if (deleted === 0) throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`);
+    // Nothing deleted may mean the row changed while the statement waited for it (a worker
+    // claimed it, or it moved to finished_jobs): the statement's snapshot cannot see that.
+    // A second statement, with a snapshot taken after that commit, answers for the row as it is now.
+    for (let attempt = 1; ; attempt++) {
+      const [{ deleted, held }] = await this.db.run<{ deleted: number; held: boolean }>('deleteJob', [jobId]);
+      if (held) throw new JobQueueError('JQ_JOB_RUNNING', `job ${jobId} is held by a worker: cancel it first`);
+      if (deleted > 0) return;
+      if (attempt === 2) throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`);
+    }
   }
 
   /**
