@@ -17,6 +17,7 @@ export interface BlockedQueue {
   task: string;
   attempts: number;
   maxAttempts: number;
+  /** Null here: the controller fills it in from the head as `redact` returns it. */
   lastError: string | null;
   runAt: Date;
   behind: number;
@@ -60,7 +61,7 @@ export class DashboardReader {
     const [counts, minutes, blocked] = await Promise.all([
       this.jobs.countJobs(),
       this.db.run<{ minute: string; state: 'completed' | 'failed'; count: number }>('finishedPerMinute', []),
-      this.db.run<{ queue_name: string; head_id: string; task_identifier: string; attempts: number; max_attempts: number; last_error: string | null; run_at: Date; behind: number }>('blockedQueues', []),
+      this.db.run<{ queue_name: string; head_id: string; task_identifier: string; attempts: number; max_attempts: number; run_at: Date; behind: number }>('blockedQueues', []),
     ]);
     // the last 60 minutes, the current one last, empty ones included
     const now = Math.floor(Date.now() / 60_000) * 60_000;
@@ -78,7 +79,7 @@ export class DashboardReader {
         task: row.task_identifier,
         attempts: row.attempts,
         maxAttempts: row.max_attempts,
-        lastError: row.last_error,
+        lastError: null,
         runAt: row.run_at,
         behind: row.behind,
       })),
@@ -121,6 +122,12 @@ export class DashboardReader {
       nextTick: nextTick(row.expression, row.time_zone, row.last_execution && row.last_execution > now ? row.last_execution : now),
       registeredAt: row.registered_at,
     }));
+  }
+
+  /** The jobs with these ids (none for an empty list). */
+  async jobsById(ids: string[]): Promise<Job[]> {
+    if (ids.length === 0) return [];
+    return (await this.db.run<JobRow>('getJobs', [ids])).map((row) => toJob(row));
   }
 
   /** The job with this id, or the jobs that have or had this key. */

@@ -43,7 +43,11 @@ export class DashboardController {
 
   @Get()
   async overview(@Req() request: HttpRequest, @Res({ passthrough: true }) response: unknown, @Query() params: Record<string, string>): Promise<string> {
-    return overviewPage(this.page(request, response, 0, params), await this.reader.overview());
+    const data = await this.reader.overview();
+    // the heads' errors go through redact like every other job text the dashboard shows
+    const heads = new Map(this.redacted(await this.reader.jobsById(data.blocked.map((b) => b.headId))).map((job) => [job.id, job]));
+    const blocked = data.blocked.map((b) => ({ ...b, lastError: heads.get(b.headId)?.lastError ?? null }));
+    return overviewPage(this.page(request, response, 0, params), { ...data, blocked });
   }
 
   @Get('jobs')

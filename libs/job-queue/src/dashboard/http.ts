@@ -27,7 +27,9 @@ export function setHeaders(response: unknown, headers: Record<string, string>): 
  * segments: so links hold whatever global prefix, path and versioning the app mounted it under.
  */
 export function baseOf(request: HttpRequest, depth: number): string {
-  const path = (request.originalUrl ?? request.url).split('?')[0].replace(/\/+$/, '');
+  // the path alone: a request-target in absolute form (`POST http://evil.example/queue/...`,
+  // which Node and Express accept) must not put another host into Location or <base>
+  const path = new URL(request.originalUrl ?? request.url, 'http://localhost').pathname.replace(/\/+$/, '');
   const segments = path.split('/');
   return segments.slice(0, segments.length - depth).join('/');
 }

@@ -124,7 +124,7 @@ export function createLifecycleQueries(s: string) {
       select * from (
         select ${activeColumns('j')} from ${s}.jobs j where j.key = $1
         union all
-        (select ${finishedColumns('f')} from ${s}.finished_jobs f where f.key = $1 order by f.id desc limit 50)
+        (select ${finishedColumns('f')} from ${s}.finished_jobs f where f.key = $1 order by f.finished_at desc, f.id desc limit 50)
       ) keyed
       order by finished_at desc nulls first, id desc
       limit 50`,

@@ -24,13 +24,13 @@ export function createOperationsQueries(s: string, finished: string) {
      * many jobs wait behind it. At most 50, those with the most waiting first.
      */
     blockedQueues: `
-      select q.queue_name, h.id::text as head_id, h.task_identifier, h.attempts, h.max_attempts, h.last_error, h.run_at,
+      select q.queue_name, h.id::text as head_id, h.task_identifier, h.attempts, h.max_attempts, h.run_at,
              (select count(*) from ${s}.jobs w where w.queue_name = q.queue_name and w.is_available)::int - 1 as behind
       from ${s}.job_queues q
       cross join lateral (
-        select j.id, j.task_identifier, j.attempts, j.max_attempts, j.last_error, j.run_at
+        select j.id, j.task_identifier, j.attempts, j.max_attempts, j.run_at
         from ${s}.jobs j
-        where j.queue_name = q.queue_name and j.is_available and (j.run_at <= now() or j.attempts > 0)
+        where j.queue_name = q.queue_name and j.is_available and j.cancel_requested_at is null and (j.run_at <= now() or j.attempts > 0)
         order by j.priority, coalesce(j.first_run_at, j.run_at), j.id
         limit 1
       ) h
