@@ -7,7 +7,9 @@ export interface JobQueueDashboardOptions {
   path?: string;
   /**
    * A Nest guard (class or instance) every dashboard request must pass. Required unless
-   * `public: true`: the dashboard shows payloads and can retry, cancel and delete jobs.
+   * `public: true`: the dashboard shows payloads and can retry, cancel and delete jobs. A class
+   * that a module of the app provides is used as that module made it (with its dependencies);
+   * any other class is made with global providers only.
    */
   guard?: Type<CanActivate> | CanActivate;
   /** Serve the dashboard with no guard of its own (the app's global guards still apply). */

@@ -1,0 +1,198 @@
+import assert from 'node:assert/strict';
+import { connect as netConnect } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { Injectable, Module, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { isJobQueueError, Task, type Job } from '../../libs/job-queue/src';
+import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
+import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestAppContext } from '../support/app';
+import { waitForValue } from '../support/wait';
+
+const SECRET = 'sk_live_do_not_show';
+const TOKEN = '0123456789abcdef0123456789abcdef';
+const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
+
+@Injectable()
+class HardeningTasks {
+  /** A named queue's head that fails with a secret in its error, retried in an hour. */
+  @Task('sync_crm', { queueName: 'crm', maxAttempts: 5, retryDelay: () => 3_600_000 })
+  syncCrm() {
+    throw new Error(`CRM refused api key ${SECRET}`);
+  }
+}
+
+/** What an app whose errors carry secrets writes: no error text of any job is shown. */
+function redact(job: Job): Job {
+  return { ...job, lastError: job.lastError && '[redacted]', errors: job.errors.map((e) => ({ ...e, message: '[redacted]' })) };
+}
+
+/** A guard with a dependency from the app's own module, as most authentication guards have. */
+@Injectable()
+class SessionService {
+  isOperator(cookie: string | undefined): boolean {
+    return /(^|;\s*)operator=yes(;|$)/.test(cookie ?? '');
+  }
+}
+
+@Injectable()
+class SessionGuard implements CanActivate {
+  constructor(private readonly sessions: SessionService) {}
+  canActivate(context: ExecutionContext): boolean {
+    return this.sessions.isOperator(context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers.cookie);
+  }
+}
+
+@Module({ providers: [SessionService, SessionGuard], exports: [SessionService, SessionGuard] })
+class AuthModule {}
+
+/** A guard no module provides, with no dependency: the dashboard makes it. */
+class HeaderGuard implements CanActivate {
+  canActivate(context: ExecutionContext): boolean {
+    return context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-operator'] === 'yes';
+  }
+}
+
+/** A guard no module provides, whose dependency nothing can give the dashboard. */
+@Injectable()
+class OrphanGuard implements CanActivate {
+  constructor(private readonly sessions: SessionService) {}
+  canActivate(): boolean {
+    return this.sessions.isOperator(undefined);
+  }
+}
+
+/** Sends `text` as is (a request-target no fetch() would send) and returns the response head. */
+function rawRequest(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = netConnect(port, '127.0.0.1', () => socket.write(text));
+    let data = '';
+    socket.on('data', (chunk) => (data += chunk.toString()));
+    socket.on('end', () => resolve(data.split('\r\n\r\n')[0]));
+    socket.on('error', reject);
+  });
+}
+
+/**
+ * The dashboard against what an attacker or an unusual app brings: markup in every job field,
+ * redact on every page, each cross-site check on its own, an absolute request-target, a
+ * refusing guard on every method, and a guard class with dependencies of the app.
+ */
+describe('dashboard hardening', () => {
+  let ctx: TestAppContext;
+  let base: string;
+
+  before(async () => {
+    ctx = await openTestApp('dashboard_hardening', {
+      providers: [HardeningTasks],
+      imports: [JobQueueDashboardModule.forRoot({ path: 'queue', public: true, redact })],
+      http: {},
+      jobQueue: { pollInterval: 200, externalTasks: '*' },
+    });
+    base = `${ctx.t.url}/queue`;
+  });
+  after(() => closeTestApp(ctx));
+
+  it("the overview shows a held-up queue's head error through redact", async () => {
+    const [head] = await ctx.t.jobs.addMany([{ identifier: 'sync_crm', payload: {} }, { identifier: 'sync_crm', payload: {} }]);
+    await waitForValue(ctx.sql, 'the head of crm to fail once', 'select attempts from job_queue.jobs where id = $1', 1, [head.id]);
+    const page = await (await fetch(base)).text();
+    assert.match(page, new RegExp(`href="jobs/${head.id}"`), 'the held-up queue is listed');
+    assert.match(page, /\[redacted\]/);
+    assert.doesNotMatch(page, new RegExp(SECRET));
+  });
+
+  it('job data full of markup reaches no page unescaped', async () => {
+    const task = `x"'><img src=x onerror=alert(1)>`;
+    const queue = `javascript:alert(2)//"'><svg onload=alert(2)>`;
+    const key = `</pre><script>alert(3)</script>`;
+    const { rows } = await ctx.sql.query(`select id::text from job_queue.add_job($1, $2::jsonb, queue_name => $3, job_key => $4)`, [
+      task,
+      JSON.stringify({ a: '</pre><script>alert(4)</script>' }),
+      queue,
+      key,
+    ]);
+    const id = rows[0].id as string;
+    await ctx.sql.query(`select job_queue.add_job($1, '{}'::jsonb, queue_name => $2)`, [task, queue]);
+    // the head has failed once and waits an hour for its retry (as a release leaves it)
+    await ctx.sql.query(
+      `update job_queue.jobs set attempts = 1, errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'message', $2::text, 'code', $2::text)),
+         last_error = $2, first_run_at = run_at, run_at = now() + interval '1 hour' where id = $1`,
+      [id, `"><img src=y onerror=alert(5)>`],
+    );
+    await ctx.sql.query(`insert into job_queue.known_crontabs (identifier, known_since, task_identifier, expression, time_zone) values ($1, now(), $1, $1, $1)`, [`"><img onerror=alert(6)>`]);
+    await ctx.sql.query(`insert into job_queue.workers (id, timeout_ms, hostname) values ($1, 60000, $1)`, [`"><img onerror=alert(7)>`]);
+    const paths = [
+      '', '/jobs', `/jobs/${id}`, `/jobs?q=${encodeURIComponent(key)}`, `/jobs?task=${encodeURIComponent(task)}`, `/jobs?queue=${encodeURIComponent(queue)}`,
+      '/cron', '/workers', `/jobs?error=${encodeURIComponent('<script>alert(8)</script>')}`, `/?done=deleted&n=${encodeURIComponent('<img onerror=alert(9)>')}`,
+      `/jobs?state=${encodeURIComponent('"><img onerror=alert(10)>')}`,
+    ];
+    for (const path of paths) {
+      const page = await (await fetch(`${base}${path}`)).text();
+      assert.match(page, /alert\(/, `GET ${path || '/'} shows the markup, as text`);
+      const tags = (page.match(/<(img|svg|script)\b[^>]*>/gi) ?? []).filter((tag) => !tag.startsWith('<svg viewBox') && tag !== '<script src="assets/dashboard.js" defer>');
+      assert.deepEqual(tags, [], `GET ${path || '/'}`);
+      assert.doesNotMatch(page, /href="javascript:/i, `GET ${path || '/'}`);
+    }
+  });
+
+  it('each cross-site check refuses on its own: a wrong form token, another Origin, Sec-Fetch-Site', async () => {
+    const { id } = await ctx.t.jobs.add('nobody_runs_this', {});
+    const post = (headers: Record<string, string>, body: string) =>
+      fetch(`${base}/jobs/${id}/cancel`, { method: 'POST', headers: { ...FORM, cookie: `jq_dashboard_csrf=${TOKEN}`, ...headers }, body, redirect: 'manual' });
+    assert.equal((await post({}, `_csrf=${'f'.repeat(32)}`)).status, 403, 'a token of the right form that is not the cookie');
+    assert.equal((await post({ origin: 'https://evil.example' }, `_csrf=${TOKEN}`)).status, 403, 'another origin, no Sec-Fetch-Site');
+    assert.equal((await post({ 'sec-fetch-site': 'same-site', origin: ctx.t.url! }, `_csrf=${TOKEN}`)).status, 403, 'a sibling site');
+    assert.equal((await ctx.t.jobs.getJob(id))?.cancelRequestedAt, null, 'nothing was cancelled');
+    assert.equal((await post({ origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' }, `_csrf=${TOKEN}`)).status, 303, 'the page itself');
+  });
+
+  it('an action redirects to this server whatever request-target the client sent', async () => {
+    const { id } = await ctx.t.jobs.add('nobody_runs_this', {});
+    const body = `_csrf=${TOKEN}`;
+    const head = await rawRequest(
+      Number(new URL(ctx.t.url!).port),
+      `POST http://evil.example/queue/jobs/${id}/retry HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n` +
+        `Cookie: jq_dashboard_csrf=${TOKEN}\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+    );
+    const location = /^location: (.*)$/im.exec(head)?.[1]?.trim();
+    assert.ok(location?.startsWith(`/queue/jobs/${id}?`), `Location: ${location}`);
+  });
+
+  it('a guard class with dependencies of the app: the app starts, the guard admits and refuses', async () => {
+    let guarded: TestApp | undefined;
+    try {
+      guarded = await createTestApp({
+        url: ctx.db.url,
+        imports: [AuthModule, JobQueueDashboardModule.forRoot({ path: 'queue', guard: SessionGuard })],
+        http: {},
+        jobQueue: { worker: false, externalTasks: '*' },
+      });
+      const url = `${guarded.url}/queue`;
+      assert.equal((await fetch(url, { headers: { cookie: 'operator=yes' } })).status, 200);
+      for (const path of ['', '/jobs', '/jobs/1', '/cron', '/workers', '/jobs/1/delete', '/tasks/x/retry-failed']) {
+        for (const method of ['GET', 'HEAD', 'POST', 'PUT', 'DELETE']) {
+          const response = await fetch(`${url}${path}`, { method });
+          const text = await response.text();
+          assert.ok([403, 404].includes(response.status), `${method} ${path || '/'} without the cookie: ${response.status}`);
+          assert.doesNotMatch(text, /<table|nobody_runs_this/, `${method} ${path || '/'} shows nothing`);
+        }
+      }
+    } finally {
+      await guarded?.close();
+    }
+  });
+
+  it('a guard class no module provides is made by the dashboard; one it cannot make stops the app with JQ_INVALID_DASHBOARD_OPTIONS', async () => {
+    let app: TestApp | undefined;
+    try {
+      app = await createTestApp({ url: ctx.db.url, imports: [JobQueueDashboardModule.forRoot({ guard: HeaderGuard })], http: {}, jobQueue: { worker: false, externalTasks: '*' } });
+      assert.equal((await fetch(`${app.url}/queue/jobs`, { headers: { 'x-operator': 'yes' } })).status, 200);
+      assert.equal((await fetch(`${app.url}/queue/jobs`)).status, 403);
+    } finally {
+      await app?.close();
+    }
+    await assert.rejects(
+      createTestApp({ url: ctx.db.url, imports: [JobQueueDashboardModule.forRoot({ guard: OrphanGuard })], http: {}, jobQueue: { worker: false, externalTasks: '*' } }),
+      (error) => isJobQueueError(error, 'JQ_INVALID_DASHBOARD_OPTIONS') && /OrphanGuard/.test(error.message),
+    );
+  });
+});
