@@ -64,6 +64,28 @@ export function createOperationsQueries(s: string, finished: string) {
       where is_available and run_at <= now() and cancel_requested_at is null`,
 
     /**
+     * Jobs a worker could start now and none has taken: how many, and the age in seconds of
+     * the oldest (null when none). As the claim sees them (claimJobs): a named queue's job
+     * counts only as the head of an unlocked queue, so a queue that waits by design (behind a
+     * running job, or a head waiting for its retry) is no backlog. For the health indicator.
+     */
+    startableJobs: `
+      with startable as (
+        select j.run_at from ${s}.jobs j
+        where j.queue_name is null and j.is_available and j.run_at <= now() and j.cancel_requested_at is null
+        union all
+        select h.run_at from ${s}.job_queues q
+        cross join lateral (
+          select e.run_at from ${s}.jobs e
+          where e.queue_name = q.queue_name and e.is_available and e.cancel_requested_at is null and (e.run_at <= now() or e.attempts > 0)
+          order by e.priority, coalesce(e.first_run_at, e.run_at), e.id
+          limit 1
+        ) h
+        where q.locked_at is null and h.run_at <= now()
+      )
+      select count(*)::int as count, extract(epoch from now() - min(run_at))::float8 as oldest_age from startable`,
+
+    /**
      * $1 id: deletes the job unless a worker holds it (cancel it first), from whichever
      * table has it, and tells its waiters. Returns `deleted` and `held`.
      */

@@ -7,8 +7,10 @@ import { JobQueueWorker } from '../worker/job-queue.worker';
 
 export interface JobQueueHealthOptions {
   /**
-   * The oldest due job no worker has taken may wait this long (ms or a duration such as
-   * '5m') before the queue counts as down: workers are missing, stuck or too few. Default 5 minutes.
+   * The oldest job a worker could start and none has taken may wait this long (ms or a
+   * duration such as '5m') before the queue counts as down: workers are missing, stuck or too
+   * few. A named queue's jobs count only as its head while no job of it runs: a queue waiting
+   * behind a long job, or for its head's retry, is not a backlog. Default 5 minutes.
    */
   maxDueAge?: number | string;
   /** How long the database may take to answer `select 1`. Default 3 s. */
@@ -37,7 +39,7 @@ export class JobQueueHealthIndicator {
 
     let due: { count: number; oldest_age: number | null } | undefined;
     try {
-      due = await withTimeout(this.db.run<{ count: number; oldest_age: number | null }>('dueJobs', []), timeoutMs).then((rows) => rows[0]);
+      due = await withTimeout(this.db.run<{ count: number; oldest_age: number | null }>('startableJobs', []), timeoutMs).then((rows) => rows[0]);
     } catch (error) {
       problems.push(`the database did not answer: ${error instanceof Error ? error.message : String(error)}`);
     }
