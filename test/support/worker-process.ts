@@ -10,7 +10,9 @@
  * `started`, and `aborted` with the reason's code if its signal aborts, but carries on: once
  * the test inserts its job id into the test's `handler_go` table (job_id) it records
  * `returned` and returns `{ ignored: true }`) and `noop` (does nothing: quick jobs, which teach
- * the worker to prefetch); with CRON=1 also
+ * the worker to prefetch), `tx-write` (transaction: true; inserts into the test's `tx_writes`
+ * table: job_id, pid, attempt, through ctx.manager, records `wrote`, then waits for `handler_go`
+ * like `ignore-cancel`, records `returned` and returns `{ pid }`); with CRON=1 also
  * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
  * the job id and the pid into the test's `ticks` table.
  * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
@@ -27,7 +29,7 @@ import { Cron, CronExpression } from '@nestjs/schedule';
 import { DataSource } from 'typeorm';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { JobQueueModule, JobQueueWorker, Task, type CronPayload, type JobContext } from '../../libs/job-queue/src';
+import { JobQueueModule, JobQueueWorker, Task, type CronPayload, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
 
 @Injectable()
 class ProcessTasks {
@@ -74,6 +76,22 @@ class ProcessTasks {
 
   @Task('noop')
   async noop() {}
+
+  /**
+   * A transactional task: inserts into the test's `tx_writes` (job_id, pid, attempt) through
+   * ctx.manager, records `wrote` (outside the transaction), waits for the test's go-ahead in
+   * `handler_go`, records `returned` and returns; the job's completion commits with its write.
+   */
+  @Task('tx-write', { transaction: true })
+  async txWrite(_payload: unknown, ctx: TransactionalJobContext) {
+    await ctx.manager.query('insert into tx_writes (job_id, pid, attempt) values ($1, $2, $3)', [ctx.job.id, process.pid, ctx.job.attempts]);
+    await this.event(ctx, 'wrote');
+    while ((await this.dataSource.query('select 1 from handler_go where job_id = $1', [ctx.job.id])).length === 0) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await this.event(ctx, 'returned');
+    return { pid: process.pid };
+  }
 
   private async event(ctx: JobContext, event: string, code: string | null = null) {
     await this.dataSource.query('insert into handler_events (job_id, pid, event, code) values ($1, $2, $3, $4)', [ctx.job.id, process.pid, event, code]);

@@ -14,7 +14,7 @@ export type { JobQueueTasks, TaskName, TaskPayload, TypedJobSpec } from './servi
 export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode, JobState, JobProgress, JobAttemptError } from './service/job';
 export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decorator';
 export { OnJobEvent } from './decorators/on-job-event.decorator';
-export type { JobContext, JobInfo, CronPayload } from './decorators/job-context';
+export type { JobContext, JobInfo, CronPayload, TransactionalJobContext } from './decorators/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
 export { PermanentJobError, SnoozeJob } from './worker/handler-outcomes';
 export type { JobMiddleware, JobMiddlewareContext } from './worker/job-middleware';

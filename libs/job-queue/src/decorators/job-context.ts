@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
 import type { Job, JobProgress } from '../service/job';
 import type { AddArgs, TaskName, TaskPayload } from '../service/typed-tasks';
 
@@ -33,8 +34,24 @@ export interface JobContext {
    * Throws JQ_INVALID_PROGRESS for anything else.
    */
   progress: (value: JobProgress) => void;
-  /** Adds another job: the same signature as `JobQueueService.add`. */
+  /**
+   * Adds another job: the same signature as `JobQueueService.add`. In a `transaction: true`
+   * task it joins the attempt's transaction unless the spec names another `manager`: the job
+   * exists only if the attempt commits.
+   */
   addJob: <Name extends TaskName>(identifier: Name, ...args: AddArgs<Name>) => Promise<Job<TaskPayload<Name>>>;
+  /**
+   * Only for a task declared with `@Task(name, { transaction: true })`: an EntityManager in a
+   * transaction that also completes the job. What the handler writes through it commits
+   * together with the job's completion, or not at all. Type the handler's context as
+   * `TransactionalJobContext` to have it non-optional.
+   */
+  manager?: EntityManager;
+}
+
+/** The context of a `@Task(name, { transaction: true })` handler: `manager` is always there. */
+export interface TransactionalJobContext extends JobContext {
+  manager: EntityManager;
 }
 
 /** The payload of a job added by a cron schedule. */

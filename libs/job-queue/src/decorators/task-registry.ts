@@ -80,6 +80,9 @@ export class TaskRegistry implements OnModuleInit {
     if (meta.options.retryDelay !== undefined && typeof meta.options.retryDelay !== 'function') {
       throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: retryDelay must be a function`);
     }
+    if (meta.options.transaction !== undefined && typeof meta.options.transaction !== 'boolean') {
+      throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: transaction must be true or false`);
+    }
     const { timeout } = meta.options;
     const timeoutMs = timeout === undefined ? undefined : checkDuration('timeout', timeout, 1, 'JQ_INVALID_TASK_OPTIONS', where);
     const existing = this.tasks.get(meta.identifier);

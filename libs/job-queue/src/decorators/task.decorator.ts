@@ -19,6 +19,15 @@ export interface TaskOptions {
    * is reported stuck. Default: the module's `jobTimeout`, else none.
    */
   timeout?: number | string;
+  /**
+   * Runs each attempt in a transaction of its own and gives the handler its EntityManager as
+   * `ctx.manager`; the job's completion is written in that same transaction. The handler's
+   * writes and the completion commit together, or not at all: a throw, a crash, a timeout, a
+   * cancel, or the loss of the job to another worker (after a stall) rolls them back, and the
+   * job is retried (or ends cancelled). Such a handler holds a pooled connection for its whole
+   * run. (River's JobCompleteTx.)
+   */
+  transaction?: boolean;
   /** Replaces the default backoff, exp(min(10, attempts)) seconds. */
   retryDelay?: RetryDelay;
   /** Cron only: payload merged into `{ _cron }` of every scheduled job. */

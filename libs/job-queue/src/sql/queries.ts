@@ -261,6 +261,36 @@ export function createQueries(schema: string) {
              (select coalesce(json_agg(json_build_object('id', id::text, 'reason', cancel_reason)), '[]') from finished where state = 'cancelled') as cancelled`,
 
     /**
+     * Completes job $2 of worker $1 inside the handler's own transaction (a `transaction: true`
+     * task), so that the handler's writes and the completion commit together. Only if this
+     * worker still holds the job and no cancel was requested: no row back means it was rescued
+     * (after a stall) or cancelled, and the caller rolls everything back. $3 result (json
+     * text), $4 the last progress not written yet (json text), $5 keep completed jobs
+     * (retention.completed is not 0). Frees the job's named queue and tells waiters, both
+     * heard at the commit.
+     */
+    completeJobInTransaction: `
+      with finished as (
+        delete from ${s}.jobs j
+        where j.id = $2::bigint and j.locked_by = $1 and j.cancel_requested_at is null
+        returning j.*, 'completed'::text as state
+      ),
+      kept as (${keepFinished(s, 'finished f', {
+        state: 'f.state',
+        result: '$3::jsonb',
+        progress: 'coalesce($4::jsonb, f.progress)',
+        lastError: 'null',
+        workerId: '$1',
+        startedAt: 'coalesce(f.started_at, now())',
+        where: '$5::boolean',
+      })}
+      ),
+      ${unlockQueuesOf('finished', '$1')},
+      told as (${tellFinished(finished, 'finished')})
+      select (select count(*) from finished)::int as completed, (select count(*) from woken)::int as woken,
+             (select count(*) from told)::int as told`,
+
+    /**
      * Records this process's schedules: known_since once, when a schedule is first seen
      * (backfill never reaches before it); the task, expression and time zone as this process
      * declares them, for the dashboard. $1 identifiers, $2 tasks, $3 expressions, $4 time zones.

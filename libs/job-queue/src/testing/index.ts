@@ -14,6 +14,8 @@ import { toJsonText } from '../json';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { JobClsContext } from '../worker/job-cls-context';
 import { runJob } from '../worker/run-job';
+import { addJobIn, runInJobTransaction } from '../worker/job-transaction';
+import type { JobContext } from '../decorators/job-context';
 
 export interface RunTaskOptions {
   /** The attempt the handler sees (ctx.job.attempts). Default 1. */
@@ -32,7 +34,8 @@ export interface TaskRun<Result = unknown> {
 
 /**
  * Calls a task's handler with a payload, as the worker would (the same JobContext: logger,
- * signal, addJob, progress; through the module's middleware), but with no job row: nothing is claimed or released. A handler
+ * signal, addJob, progress, and `manager` in a transaction committed on success for a
+ * `transaction: true` task; through the module's middleware), but with no job row: nothing is claimed or released. A handler
  * that throws makes this reject with what it threw. JQ_UNKNOWN_TASK for a task this app has
  * no handler for.
  */
@@ -53,7 +56,18 @@ export async function runTask<Name extends TaskName, Result = unknown>(
     finishedAt: null, result: null, progress: null, errors: [], workerId: 'runTask', cancelRequestedAt: null, traceContext: null,
   };
   const progress: JobProgress[] = [];
-  const outcome = await app.get(JobClsContext).run(() => runJob(task, job, options.signal ?? new AbortController().signal, (name, ...args) => jobs.add(name, ...args), (value) => void progress.push(value), app.get(JobQueueDatabase).options.middleware));
+  const db = app.get(JobQueueDatabase);
+  const context = {
+    signal: options.signal ?? new AbortController().signal,
+    addJob: ((name, ...args) => jobs.add(name, ...args)) as JobContext['addJob'],
+    progress: (value: JobProgress) => void progress.push(value),
+    middleware: db.options.middleware,
+  };
+  // A transactional task gets its transaction, committed if the handler succeeds (there is no job row to complete).
+  const attempt = task.options.transaction
+    ? () => runInJobTransaction(db.dataSource, (manager) => runJob(task, job, { ...context, addJob: addJobIn(manager, context.addJob), manager }), async () => {})
+    : () => runJob(task, job, context);
+  const outcome = await app.get(JobClsContext).run(attempt);
   if (!outcome.ok) throw outcome.error;
   return { result: outcome.result as Result, progress };
 }

@@ -8,6 +8,8 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { QueryResultRow } from 'pg';
 import { Subject, type Observable } from 'rxjs';
+import type { EntityManager } from 'typeorm';
+import type { JobContext } from '../decorators/job-context';
 import { TaskRegistry, type RegisteredTask } from '../decorators/task-registry';
 import { JobQueueError } from '../errors';
 import { progressToJson, toJsonText } from '../json';
@@ -24,6 +26,7 @@ import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
 import { JobClsContext } from './job-cls-context';
+import { addJobIn, runInJobTransaction } from './job-transaction';
 import { errorCode, errorMessage, runJob, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
 
@@ -512,14 +515,28 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
-    const run = () =>
-      this.clsContext.run(() => runJob(task, job, entry.abort.signal, (identifier, ...args) => this.jobs.add(identifier, ...args), progress, this.db.options.middleware));
-    entry.done = this.telemetry.traceAttempt(job, run).then(
+    const signal = entry.abort.signal;
+    const middleware = this.db.options.middleware;
+    const addJob: JobContext['addJob'] = (identifier, ...args) => this.jobs.add(identifier, ...args);
+    const workerId = this.id;
+    const attempt = task.options.transaction
+      ? () =>
+          runInJobTransaction(
+            this.db.dataSource,
+            (manager) => runJob(task, job, { signal, addJob: addJobIn(manager, addJob), progress, middleware, manager }),
+            (manager, result) => this.completeInTransaction(manager, workerId, entry, result),
+          )
+      : () => runJob(task, job, { signal, addJob, progress, middleware });
+    entry.done = this.telemetry.traceAttempt(job, () => this.clsContext.run(attempt)).then(
       (outcome) => {
         entry.settled();
+        const committed = outcome.ok && outcome.completedInTransaction === true;
         if (entry.lost) {
           this.lostRunning.delete(entry);
-          this.logger.warn(`Job ${job.id} (${job.taskIdentifier}) settled after this worker lost it; its outcome was not written`);
+          this.logger.warn(
+            `Job ${job.id} (${job.taskIdentifier}) settled after this worker lost it; ` +
+              (committed ? 'its transaction had completed it before the loss' : 'its outcome was not written'),
+          );
           this.startPrefetched();
           return;
         }
@@ -527,7 +544,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         if (this.running.get(job.id) !== entry) return;
         this.running.delete(job.id);
         try {
-          this.settle(task, entry, entry.timedOut ? { ok: false, error: entry.timedOut } : outcome);
+          // A timeout that fires after the transaction committed comes too late to undo it.
+          this.settle(task, entry, entry.timedOut && !committed ? { ok: false, error: entry.timedOut } : outcome);
         } finally {
           // Hand the free slot on in this same step, so that no one (runUntilIdle) sees it empty
           // while prefetched jobs wait; claim ahead if the last claim left jobs behind
@@ -549,12 +567,43 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.emit({ type: 'job:stuck', job, reason, runningMs: entry.durationMs });
   }
 
+  /**
+   * The completion of a `transaction: true` attempt, written in its transaction (sql
+   * completeJobInTransaction) just before the commit. Throws, which rolls the transaction
+   * back, when the job timed out, was cancelled or lost meanwhile.
+   */
+  private async completeInTransaction(manager: EntityManager, workerId: string, entry: RunningJob, result: unknown): Promise<void> {
+    const { job } = entry;
+    const stopped = entry.timedOut ?? entry.cancelled;
+    if (stopped) throw stopped;
+    const lost = new JobQueueError(
+      'JQ_WORKER_LOST',
+      `job ${job.id} (${job.taskIdentifier}) is no longer held by worker ${workerId} (rescued after a stall, or cancelled): its transaction was rolled back`,
+    );
+    if (entry.lost) throw lost;
+    const progress = entry.unwrittenProgress ?? this.batcher.unwrittenProgress(job.id) ?? null;
+    const keepCompleted = this.db.options.retention.completed !== 0;
+    const [row] = await this.db.run<{ completed: number }>(
+      'completeJobInTransaction',
+      [workerId, job.id, this.resultJson(job, result), progress, keepCompleted],
+      manager,
+    );
+    if (row?.completed !== 1) throw lost;
+  }
+
   /** Hands a finished run's outcome to the release batcher and reports it. */
   private settle(task: RegisteredTask, entry: RunningJob, outcome: JobOutcome): void {
     const { job } = entry;
     const durationMs = entry.durationMs;
     const progress = entry.unwrittenProgress;
     this.prefetch.record(durationMs);
+    if (outcome.ok && outcome.completedInTransaction) {
+      // Completed by its own transaction: nothing is left for the batcher to write.
+      this.batcher.forget(job.id);
+      this.emit({ type: 'job:success', job, result: outcome.result, durationMs });
+      this.emit({ type: 'job:complete', job });
+      return;
+    }
     if (entry.cancelled) {
       // Cancelled: the release writes it so (its row says the cancel was requested), whatever the handler did.
       this.batcher.fail({ id: job.id, error: entry.cancelled.message, code: 'JQ_JOB_CANCELLED', delayMs: 0, progress });

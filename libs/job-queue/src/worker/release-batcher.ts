@@ -109,6 +109,17 @@ export class ReleaseBatcher {
     this.schedule();
   }
 
+  /** The progress of a running job that waits for the next flush, if any (JSON text). */
+  unwrittenProgress(id: string): string | undefined {
+    return this.progress.get(id);
+  }
+
+  /** A job whose outcome was written elsewhere (its handler's own transaction): no start mark or progress is left to write. */
+  forget(id: string): void {
+    this.started.delete(id);
+    this.progress.delete(id);
+  }
+
   /** Records that a prefetched job's handler started (the claim marked the others). */
   markStarted(id: string): void {
     this.started.add(id);

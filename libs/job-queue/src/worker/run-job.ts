@@ -1,20 +1,28 @@
 import { Logger } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
 import type { JobContext } from '../decorators/job-context';
 import type { RegisteredTask } from '../decorators/task-registry';
 import type { Job } from '../service/job';
 import { withMiddleware, type JobMiddleware } from './job-middleware';
 
-export type JobOutcome = { ok: true; result: unknown } | { ok: false; error: unknown };
+/**
+ * How an attempt ended. `completedInTransaction`: the job's completion was committed with the
+ * handler's own transaction (job-transaction.ts), so there is nothing left to release.
+ */
+export type JobOutcome = { ok: true; result: unknown; completedInTransaction?: boolean } | { ok: false; error: unknown };
+
+/** What the worker (or runTask) gives a handler besides its job. */
+export interface RunJobContext {
+  signal: AbortSignal;
+  addJob: JobContext['addJob'];
+  progress: JobContext['progress'];
+  middleware?: readonly JobMiddleware[];
+  /** The attempt's transaction, for a `transaction: true` task. */
+  manager?: EntityManager;
+}
 
 /** Calls the task's handler with its payload and context; never throws. */
-export async function runJob(
-  task: RegisteredTask,
-  job: Job,
-  signal: AbortSignal,
-  addJob: JobContext['addJob'],
-  progress: JobContext['progress'],
-  middleware: readonly JobMiddleware[] = [],
-): Promise<JobOutcome> {
+export async function runJob(task: RegisteredTask, job: Job, { signal, addJob, progress, middleware = [], manager }: RunJobContext): Promise<JobOutcome> {
   const ctx: JobContext = {
     job: {
       id: job.id,
@@ -31,6 +39,7 @@ export async function runJob(
     signal,
     addJob,
     progress,
+    manager,
   };
   try {
     if (middleware.length === 0) return { ok: true, result: await task.handler(job.payload, ctx) };
