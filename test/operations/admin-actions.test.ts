@@ -26,9 +26,10 @@ describe('admin actions: deleteJob and retryFailedJobs', () => {
     // held: locked by a worker (this test plays it)
     await ctx.sql.query(`update job_queue.jobs set locked_at = now(), locked_by = 'w-test', started_at = now() where id = $1`, [held.id]);
 
-    const waiter = jobs.waitForJob(waiting.id, { timeout: '10s' });
+    // checked from the start: the waiter may hear of the delete before deleteJob() returns
+    const waiter = assert.rejects(jobs.waitForJob(waiting.id, { timeout: '10s' }), (error) => isJobQueueError(error, 'JQ_JOB_NOT_FOUND'), 'the waiter learns the job is gone');
     await jobs.deleteJob(waiting.id);
-    await assert.rejects(waiter, (error) => isJobQueueError(error, 'JQ_JOB_NOT_FOUND'), 'the waiter learns the job is gone');
+    await waiter;
     await jobs.deleteJob(finished.id);
     assert.deepEqual([...(await rows('jobs', [waiting.id, finished.id])), ...(await rows('finished_jobs', [waiting.id, finished.id]))], []);
 

@@ -1,6 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { EntityManager } from 'typeorm';
+import { findInApp, loadOptionalPeer } from '../module/optional-peer';
 
 interface TransactionHostLike {
   isTransactionActive(): boolean;
@@ -20,18 +21,9 @@ export class AmbientTransaction implements OnModuleInit {
   constructor(private readonly moduleRef: ModuleRef) {}
 
   onModuleInit(): void {
-    let TransactionHost: unknown;
-    try {
-      ({ TransactionHost } = require('@nestjs-cls/transactional') as { TransactionHost: unknown });
-    } catch (error) {
-      if ((error as { code?: string }).code === 'MODULE_NOT_FOUND') return;
-      throw error;
-    }
-    try {
-      this.host = this.moduleRef.get(TransactionHost as never, { strict: false }) as TransactionHostLike;
-    } catch {
-      this.host = undefined; // installed, but the app did not set up ClsPluginTransactional
-    }
+    const plugin = loadOptionalPeer<{ TransactionHost: unknown }>('@nestjs-cls/transactional');
+    // installed, but perhaps without ClsPluginTransactional set up: then nothing changes
+    if (plugin) this.host = findInApp<TransactionHostLike>(this.moduleRef, plugin.TransactionHost);
   }
 
   /** The active transaction's EntityManager, or undefined outside one. */

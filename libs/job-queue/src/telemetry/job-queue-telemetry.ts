@@ -1,5 +1,6 @@
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { JobQueueDatabase } from '../module/job-queue-database';
+import { loadOptionalPeer } from '../module/optional-peer';
 import type { Job } from '../service/job';
 import type { JobQueueEvent } from '../worker/events';
 import type { JobOutcome } from '../worker/run-job';
@@ -30,14 +31,9 @@ export class JobQueueTelemetry implements OnApplicationShutdown {
 
   constructor(db: JobQueueDatabase) {
     if (!db.options.telemetry) return;
-    let load: typeof import('./open-telemetry');
-    try {
-      load = require('./open-telemetry') as typeof import('./open-telemetry');
-    } catch (error) {
-      if ((error as { code?: string }).code === 'MODULE_NOT_FOUND' && /@opentelemetry\/api/.test(String((error as Error).message))) return;
-      throw error;
-    }
-    this.bridge = new load.OpenTelemetryBridge(db);
+    if (!loadOptionalPeer('@opentelemetry/api')) return;
+    const { OpenTelemetryBridge } = require('./open-telemetry') as typeof import('./open-telemetry');
+    this.bridge = new OpenTelemetryBridge(db);
   }
 
   onApplicationShutdown(): void {

@@ -1,5 +1,6 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
+import { findInApp, loadOptionalPeer } from '../module/optional-peer';
 
 interface ClsServiceLike {
   run<T>(options: { ifNested: 'inherit' | 'reuse' | 'override' }, callback: () => T): T;
@@ -18,18 +19,9 @@ export class JobClsContext implements OnModuleInit {
   constructor(private readonly moduleRef: ModuleRef) {}
 
   onModuleInit(): void {
-    let ClsService: unknown;
-    try {
-      ({ ClsService } = require('nestjs-cls') as { ClsService: unknown });
-    } catch (error) {
-      if ((error as { code?: string }).code === 'MODULE_NOT_FOUND') return;
-      throw error;
-    }
-    try {
-      this.cls = this.moduleRef.get(ClsService as never, { strict: false }) as ClsServiceLike;
-    } catch {
-      this.cls = undefined; // installed, but the app did not import ClsModule
-    }
+    const cls = loadOptionalPeer<{ ClsService: unknown }>('nestjs-cls');
+    // installed, but perhaps without ClsModule imported: then handlers run as they are
+    if (cls) this.cls = findInApp<ClsServiceLike>(this.moduleRef, cls.ClsService);
   }
 
   /** Runs `fn` in a fresh CLS context (never the caller's: each job has its own). */
