@@ -53,7 +53,8 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     addOneJobs: Math.max(1, Math.ceil(jobs / 10)),
     chunkSize: 1000,
     pollInterval: 1000,
-    poolSize: concurrency + 2,
+    // What the worker asks for (QUEUE_OWN_CONNECTIONS in worker/pool-size.ts): LISTEN, claims, releases.
+    poolSize: concurrency + 3,
     // graphile's docs suggest concurrency + 1 as a start and much more for very fast tasks;
     // do-nothing tasks are as fast as it gets, and its drain keeps improving up to about this.
     localQueueSize: concurrency * 20,

@@ -2,6 +2,7 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { JobQueueMigrations, runJobQueueMigrations } from '../../libs/job-queue/src';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
+import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import type { BenchConfig } from './config';
 import type { Progress } from './suite';
 
@@ -26,10 +27,15 @@ export interface SqlLimitResult {
 export async function runSqlLimit(url: string, config: BenchConfig, progress: Progress): Promise<SqlLimitResult> {
   await createSchema(url);
   const clients: Client[] = [];
+  // Each loop claims on a connection of its own with the worker's claim settings, as the worker does.
+  const claimClients: Client[] = [];
   try {
     for (let i = 0; i < config.sqlClients; i++) {
       clients.push(new Client({ connectionString: url }));
       await clients[i].connect();
+      claimClients.push(new Client({ connectionString: url }));
+      await claimClients[i].connect();
+      await claimClients[i].query(CLAIM_SESSION_SETTINGS);
     }
     progress(`plain SQL: add_job() one round trip at a time, ${config.addOneJobs} jobs`);
     const addOnePerSecond = await measureRawAdd(clients[0], config.addOneJobs);
@@ -40,10 +46,10 @@ export async function runSqlLimit(url: string, config: BenchConfig, progress: Pr
       [TASK, config.jobs],
     );
     progress(`plain SQL: claim + complete loops on ${config.sqlClients} clients, ${config.jobs} jobs in batches of ${config.sqlBatchSize}`);
-    const drainPerSecond = await measureClaimCompleteLoops(clients, config);
+    const drainPerSecond = await measureClaimCompleteLoops(clients, claimClients, config);
     return { addOnePerSecond, drainPerSecond };
   } finally {
-    await Promise.all(clients.map((client) => client.end().catch(() => undefined)));
+    await Promise.all([...clients, ...claimClients].map((client) => client.end().catch(() => undefined)));
   }
 }
 
@@ -65,21 +71,21 @@ async function measureRawAdd(client: Client, count: number): Promise<number> {
  * nothing left: jobs/s. (Our drain stops its clock when the last handler starts, before the
  * last release is written: if anything, the comparison flatters us by one flush.)
  */
-async function measureClaimCompleteLoops(clients: Client[], config: BenchConfig): Promise<number> {
+async function measureClaimCompleteLoops(clients: Client[], claimClients: Client[], config: BenchConfig): Promise<number> {
   const started = performance.now();
-  const counts = await Promise.all(clients.map((client, i) => claimCompleteLoop(client, `bench-sql-${i}`, config.sqlBatchSize)));
+  const counts = await Promise.all(clients.map((client, i) => claimCompleteLoop(claimClients[i], client, `bench-sql-${i}`, config.sqlBatchSize)));
   const ms = performance.now() - started;
   const total = counts.reduce((a, b) => a + b, 0);
   if (total !== config.jobs) throw new Error(`plain SQL: completed ${total} jobs, expected ${config.jobs}`);
   return (total * 1000) / ms;
 }
 
-async function claimCompleteLoop(client: Client, workerId: string, batchSize: number): Promise<number> {
+async function claimCompleteLoop(claimClient: Client, client: Client, workerId: string, batchSize: number): Promise<number> {
   // claims require the worker's row, as a worker's do; every job claimed is marked started (as for free slots)
   await client.query({ name: 'bench_register', text: sql.registerWorker, values: [workerId, 20_000, null, null, null] });
   let done = 0;
   for (;;) {
-    const claimed = await client.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize] });
+    const claimed = await claimClient.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize] });
     if (claimed.rows.length === 0) return done;
     // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
     let ids = claimed.rows.map((row) => row.id);

@@ -44,10 +44,10 @@ describe('heartbeats under a pool full of handlers', () => {
     await t.jobs.addMany(Array.from({ length: 8 }, () => ({ identifier: 'hog' })));
     const sleepers = async () =>
       (await sql.query(`select count(*)::int as n from pg_stat_activity where datname = current_database() and query = 'select pg_sleep(3)' and state = 'active'`)).rows[0].n;
-    await waitFor('the handlers to take the pool (4 connections, one pinned: 3 left)', async () => (await sleepers()) === 3);
+    await waitFor('the handlers to take the pool (4 connections, two pinned, for LISTEN and for claims: 2 left)', async () => (await sleepers()) === 2);
     const beat = async () => (await sql.query('select heartbeat_at from job_queue.workers where id = $1', [workerId])).rows[0].heartbeat_at.getTime();
     const first = await beat();
-    await waitFor('two more heartbeats while the pool is full', async () => (await beat()) >= first + 400 && (await sleepers()) === 3);
+    await waitFor('two more heartbeats while the pool is full', async () => (await beat()) >= first + 400 && (await sleepers()) === 2);
     await waitForNoJobs(sql);
     assert.equal(t.worker.workerId, workerId, 'never declared dead, never fenced');
     assert.deepEqual(events.filter((e) => e.type === 'job:rescued' || e.type === 'worker:fenced' || e.type === 'job:error'), []);

@@ -23,12 +23,12 @@ describe('the pool the worker shares with the app', () => {
     await t.close();
     const pool = logger.seen.filter((m) => /database pool/.test(m));
     assert.equal(pool.length, 1, `one warning: ${logger.seen.join(' | ')}`);
-    assert.match(pool[0], /has 10 connections, fewer than concurrency 10 \+ 2 .* = 12/);
+    assert.match(pool[0], /has 10 connections, fewer than concurrency 10 \+ 3 .* = 13/);
   });
 
   it('large enough: no warning', async () => {
     const logger = warnings();
-    const t = await createTestApp({ url: db.url, logger, typeOrm: { extra: { max: 12 } }, jobQueue: { concurrency: 10 } });
+    const t = await createTestApp({ url: db.url, logger, typeOrm: { extra: { max: 13 } }, jobQueue: { concurrency: 10 } });
     await t.close();
     assert.deepEqual(logger.seen.filter((m) => /database pool/.test(m)), []);
   });

@@ -4,7 +4,8 @@ import { Injectable } from '@nestjs/common';
 import { isJobQueueError, Task, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
 import { runTask } from '../../libs/job-queue/src/testing';
 import { closeTestApp, createTestApp, openTestApp, type TestAppContext } from '../support/app';
-import { waitFor } from '../support/wait';
+import { connect } from '../support/database';
+import { nextEvent, waitFor } from '../support/wait';
 
 /** Handlers park here until the test lets them return: job id → release. */
 const gates = new Map<string, () => void>();
@@ -52,6 +53,21 @@ class TransactionalTasks {
   async badResult(_payload: unknown, ctx: TransactionalJobContext) {
     await ctx.manager.query('insert into writes (job_id, attempt) values ($1, $2)', [ctx.job.id, ctx.job.attempts]);
     return { n: 1n };
+  }
+
+  /** Parks on its first attempt only. */
+  @Task('tx_park_once', { transaction: true, retryDelay: () => 0 })
+  async parkOnce(_payload: unknown, ctx: TransactionalJobContext) {
+    await ctx.manager.query('insert into writes (job_id, attempt) values ($1, $2)', [ctx.job.id, ctx.job.attempts]);
+    if (ctx.job.attempts === 1) await parked(ctx);
+  }
+
+  /** Ends the attempt's transaction itself, or leaves one of its own open: both misuses fail the attempt. */
+  @Task('tx_misuse', { transaction: true, maxAttempts: 1 })
+  async misuse(payload: { how: 'commit' | 'leave-open' }, ctx: TransactionalJobContext) {
+    await ctx.manager.query('insert into writes (job_id, attempt) values ($1, $2)', [ctx.job.id, ctx.job.attempts]);
+    if (payload.how === 'commit') await ctx.manager.queryRunner!.commitTransaction();
+    else await ctx.manager.queryRunner!.startTransaction();
   }
 
   /** Not transactional: no manager. */
@@ -151,13 +167,67 @@ describe('transactional completion', () => {
     });
     await release(job.id);
     await settled;
-    await waitFor('the release to be written', async () => ctx.t.worker.runningCount === 0);
+    await waitFor('the release to be written', () => (ctx.t.worker as unknown as { batcher: { idle: boolean } }).batcher.idle);
     assert.deepEqual(await active(job.id), { locked_by: 'another-worker', attempts: 1 }, 'the row is as the other worker has it');
     assert.equal(await finished(job.id), undefined);
     assert.deepEqual(await writes(job.id), []);
     assert.equal(await followUps(job.id), '0', 'the job it added was rolled back too');
     await ctx.sql.query('delete from job_queue.jobs where id = $1', [job.id]);
   });
+
+  it('a cancel recorded in the row but not heard yet rolls the attempt back; the job ends cancelled', async () => {
+    const job = await ctx.t.jobs.add('tx_parks', {});
+    await waitFor('the handler to park', () => gates.has(job.id));
+    // what cancelJob() writes, without its NOTIFY: only the completion's check can see it
+    await ctx.sql.query(`update job_queue.jobs set cancel_requested_at = now(), cancel_reason = 'quietly' where id = $1`, [job.id]);
+    await release(job.id);
+    await waitFor('the job to end', async () => (await finished(job.id)) !== undefined);
+    assert.deepEqual({ state: (await finished(job.id)).state, lastError: (await finished(job.id)).last_error }, { state: 'cancelled', lastError: 'JQ_JOB_CANCELLED: quietly' });
+    assert.deepEqual(await writes(job.id), []);
+  });
+
+  it('frees its named queue at the commit: the next job of the queue runs', async () => {
+    const first = await ctx.t.jobs.add('tx_ok', {}, { queueName: 'tx-serial' });
+    const second = await ctx.t.jobs.add('tx_ok', {}, { queueName: 'tx-serial' });
+    for (const job of [first, second]) assert.equal((await ctx.t.jobs.waitForJob(job.id, { timeout: 30_000 })).state, 'completed');
+    assert.deepEqual([await writes(first.id), await writes(second.id)], [[1], [1]]);
+    const { rows } = await ctx.sql.query(`select locked_by from job_queue.job_queues where queue_name = 'tx-serial'`);
+    assert.ok(rows.every((row) => row.locked_by === null), 'the queue is not held');
+  });
+
+  it('a caller holding the job\'s row makes the completion give up after a second: the attempt is rolled back and retried', async () => {
+    const job = await ctx.t.jobs.add('tx_park_once', {}, { jobKey: 'tx-held' });
+    await waitFor('the handler to park', () => gates.has(job.id));
+    const caller = await connect(ctx.db.url);
+    try {
+      await caller.query('begin');
+      await caller.query('select id from job_queue.jobs where id = $1 for update', [job.id]);
+      const failed = nextEvent(ctx.t.worker.events$, 'the attempt to fail', (e) => e.type === 'job:error' && e.job.id === job.id);
+      await release(job.id);
+      const event = (await failed) as { error: { code?: string } };
+      assert.equal(event.error.code, '55P03', 'lock_not_available');
+      await caller.query('commit');
+    } finally {
+      await caller.end();
+    }
+    await waitFor('the retry to complete', async () => (await finished(job.id))?.state === 'completed');
+    const row = await finished(job.id);
+    assert.deepEqual({ attempts: row.attempts, codes: row.errors.map((e: { code: string }) => e.code) }, { attempts: 2, codes: ['55P03'] });
+    assert.deepEqual(await writes(job.id), [2], 'only the attempt that completed wrote');
+  });
+
+  for (const how of ['commit', 'leave-open'] as const) {
+    it(`a handler that ${how === 'commit' ? 'commits the transaction itself' : 'leaves a transaction of its own open'} fails the attempt with JQ_TRANSACTION_MISUSED`, async () => {
+      const job = await ctx.t.jobs.add('tx_misuse', { how });
+      await waitFor('the job to end', async () => (await finished(job.id)) !== undefined);
+      const row = await finished(job.id);
+      assert.deepEqual({ state: row.state, codes: row.errors.map((e: { code: string }) => e.code) }, { state: 'failed', codes: ['JQ_TRANSACTION_MISUSED'] });
+      // its own commit made its write stick; a transaction left open is rolled back with the attempt's
+      assert.deepEqual(await writes(job.id), how === 'commit' ? [1] : []);
+      const { rows } = await ctx.sql.query(`select count(*)::int as n from pg_stat_activity where datname = current_database() and state like 'idle in transaction%'`);
+      assert.equal(rows[0].n, 0, 'no connection went back to the pool inside a transaction');
+    });
+  }
 
   it('only a transactional task gets ctx.manager; runTask() gives one and commits it', async () => {
     const plain = await ctx.t.jobs.add('plain', {});

@@ -42,6 +42,7 @@ export type JobQueueErrorCode =
   | 'JQ_INVALID_PROGRESS'
   | 'JQ_JOB_FAILED_FOR_GOOD'
   | 'JQ_JOB_SNOOZED'
+  | 'JQ_TRANSACTION_MISUSED'
   // the job lifecycle (cancelJob, retryJobs, waitForJob, listJobs)
   | 'JQ_JOB_NOT_FOUND'
   | 'JQ_JOB_FINISHED'

@@ -113,9 +113,12 @@ export function createQueries(schema: string) {
      * (a forbidden flag, another app's task), or whose head another worker is claiming right
      * now, is left alone, and its other jobs never fill the candidates that work outside it
      * needs. Each row also carries how many candidates there were: fewer than $3 means
-     * nothing else is waiting now. The task filter is written with array_position so that,
-     * before PostgreSQL has statistics on a freshly filled table, the planner still walks
-     * jobs_fetch_idx in order instead of sorting it all.
+     * nothing else is waiting now.
+     *
+     * It runs on a connection of its own with CLAIM_SESSION_SETTINGS (worker/claim-connection.ts):
+     * its commit does not wait for the disk, and its plan walks jobs_fetch_idx in order and
+     * stops at the limit, whatever the table's statistics say (without them, as on a table
+     * just filled, the planner would read and sort every due job at each claim).
      */
     claimJobs: `
       with candidates as materialized (
@@ -264,7 +267,7 @@ export function createQueries(schema: string) {
      * Completes job $2 of worker $1 inside the handler's own transaction (a `transaction: true`
      * task), so that the handler's writes and the completion commit together. Only if this
      * worker still holds the job and no cancel was requested: no row back means it was rescued
-     * (after a stall) or cancelled, and the caller rolls everything back. $3 result (json
+     * (after a stall) or cancelled (then `cancelled`), and the caller rolls everything back. $3 result (json
      * text), $4 the last progress not written yet (json text), $5 keep completed jobs
      * (retention.completed is not 0). Frees the job's named queue and tells waiters, both
      * heard at the commit.
@@ -288,7 +291,8 @@ export function createQueries(schema: string) {
       ${unlockQueuesOf('finished', '$1')},
       told as (${tellFinished(finished, 'finished')})
       select (select count(*) from finished)::int as completed, (select count(*) from woken)::int as woken,
-             (select count(*) from told)::int as told`,
+             (select count(*) from told)::int as told,
+             exists (select 1 from ${s}.jobs where id = $2::bigint and locked_by = $1 and cancel_requested_at is not null) as cancelled`,
 
     /**
      * Records this process's schedules: known_since once, when a schedule is first seen

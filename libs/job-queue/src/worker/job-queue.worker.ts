@@ -25,10 +25,14 @@ import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
+import { ClaimConnection } from './claim-connection';
 import { JobClsContext } from './job-cls-context';
 import { addJobIn, runInJobTransaction } from './job-transaction';
 import { errorCode, errorMessage, runJob, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
+
+/** How long a transactional attempt's completion waits for the job's row lock (a caller's add_job holding it) before the attempt fails. */
+const COMPLETION_LOCK_TIMEOUT_MS = 1_000;
 
 /** How often a give-back retries rows someone else has locked (after 4, 16, 64, then 100 ms each: about 1 s). */
 const GIVE_BACK_BUSY_TRIES = 12;
@@ -74,6 +78,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   /** Claimed (locked for this worker) but not started yet: see prefetch.ts. */
   private readonly prefetched: Job[] = [];
   private readonly prefetch: PrefetchSizer;
+  /** The connection claims run on (claim-connection.ts). */
+  private readonly claims: ClaimConnection;
   private batcher: ReleaseBatcher;
   private listener?: NotifyListener;
   private pollTimer?: NodeJS.Timeout;
@@ -102,6 +108,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     private readonly clsContext: JobClsContext,
   ) {
     this.prefetch = new PrefetchSizer(this.db.options.concurrency);
+    this.claims = new ClaimConnection(() => this.db.pool);
     this.batcher = this.createBatcher();
   }
 
@@ -387,6 +394,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
     await this.batcher.stop();
     this.running.clear();
+    await this.claims.release();
     await this.unregister();
     await this.listener?.stop();
     this.started = false;
@@ -411,6 +419,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     try {
       await this.runWhileAvailable();
     } finally {
+      if (!this.started && !this.stopping) await this.claims.release(); // a producer-only app keeps no connection for claims
       if (ownRegistration && !this.started && !this.stopping) await this.unregister();
     }
   }
@@ -462,12 +471,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       let rows: Array<JobRow & { candidate_count: number }>;
       try {
         const forbidden = await this.forbiddenFlags();
-        rows = await this.db.run('claimJobs', [identifiers, forbidden, room, claimedAs, free]);
+        rows = await this.db.runOn(await this.claims.get(), 'claimJobs', [identifiers, forbidden, room, claimedAs, free]);
         this.claimFailures = 0;
       } catch (error) {
         // The server may have committed the claim before the reply was lost: the next
         // heartbeat gives back what is locked for us that we do not know.
         this.claimReplyLost = true;
+        void this.claims.discard(error);
         this.claimFailures += 1;
         this.reportError('claim', error);
         clearTimeout(this.retryTimer);
@@ -583,12 +593,21 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     if (entry.lost) throw lost;
     const progress = entry.unwrittenProgress ?? this.batcher.unwrittenProgress(job.id) ?? null;
     const keepCompleted = this.db.options.retention.completed !== 0;
-    const [row] = await this.db.run<{ completed: number }>(
+    const resultJson = this.resultJson(job, result);
+    // A caller may hold the job's row (add_job replacing a keyed job) as long as its transaction
+    // lasts: rather than wait, holding the handler's locks, the attempt fails and is retried.
+    await manager.query(`select set_config('lock_timeout', $1, true)`, [`${COMPLETION_LOCK_TIMEOUT_MS}ms`]);
+    const [row] = await this.db.run<{ completed: number; cancelled: boolean }>(
       'completeJobInTransaction',
-      [workerId, job.id, this.resultJson(job, result), progress, keepCompleted],
+      [workerId, job.id, resultJson, progress, keepCompleted],
       manager,
     );
-    if (row?.completed !== 1) throw lost;
+    if (row?.completed === 1) return;
+    if (row?.cancelled) {
+      entry.cancel(); // a cancel its NOTIFY has not brought yet: the job ends cancelled
+      throw entry.cancelled;
+    }
+    throw lost;
   }
 
   /** Hands a finished run's outcome to the release batcher and reports it. */

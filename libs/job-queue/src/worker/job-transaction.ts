@@ -1,5 +1,6 @@
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import type { JobContext } from '../decorators/job-context';
+import { JobQueueError } from '../errors';
 import type { Job, JobSpec } from '../service/job';
 import type { JobOutcome } from './run-job';
 
@@ -30,24 +31,48 @@ export async function runInJobTransaction(
   }
   try {
     const outcome = await run(runner.manager);
-    if (!outcome.ok) {
-      await rollBack(runner);
-      return outcome;
-    }
+    if (!outcome.ok) return outcome;
+    checkStillOpen(runner);
     await complete(runner.manager, outcome.result);
     await runner.commitTransaction();
     return { ok: true, result: outcome.result, completedInTransaction: true };
   } catch (error) {
-    await rollBack(runner);
     return { ok: false, error };
   } finally {
+    await rollBackAll(runner);
     await runner.release().catch(() => undefined);
   }
 }
 
-/** A rollback that fails (the connection is gone) leaves nothing committed either. */
-async function rollBack(runner: QueryRunner): Promise<void> {
-  if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+/**
+ * The handler must leave the attempt's transaction as it got it: committed or rolled back by
+ * itself, the completion would run outside it; a transaction it began on the same query
+ * runner and left open would make the commit only release a savepoint.
+ */
+function checkStillOpen(runner: QueryRunner): void {
+  const depth = (runner as unknown as { transactionDepth?: number }).transactionDepth;
+  if (!runner.isTransactionActive || (depth !== undefined && depth !== 1)) {
+    throw new JobQueueError(
+      'JQ_TRANSACTION_MISUSED',
+      runner.isTransactionActive
+        ? 'the handler left a transaction it began on ctx.manager open: finish it (or use ctx.manager.transaction()), the attempt is rolled back'
+        : 'the handler committed or rolled back the transaction of ctx.manager itself: leave that to the worker, the attempt counts as failed',
+    );
+  }
+}
+
+/**
+ * Whatever is still open, nested transactions included, is rolled back before the connection
+ * goes back to the pool; if that fails (the connection is gone) the pool drops the connection.
+ */
+async function rollBackAll(runner: QueryRunner): Promise<void> {
+  while (runner.isTransactionActive) {
+    try {
+      await runner.rollbackTransaction();
+    } catch {
+      return;
+    }
+  }
 }
 
 /** ctx.addJob of a transactional attempt: joins its transaction unless the spec names a manager. */

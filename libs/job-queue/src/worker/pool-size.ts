@@ -1,10 +1,11 @@
 /**
  * The worker shares the DataSource's pg pool with the app: one connection stays pinned for
- * LISTEN, heartbeats and maintenance (so those are never starved), claims and releases need
- * one between them, and every running handler that touches the database holds one. A pool
- * smaller than that makes claims and releases wait behind handlers.
+ * LISTEN, heartbeats and maintenance, and one for claims (so those are never starved),
+ * releases need one, and every running handler that touches the database holds one (a
+ * `transaction: true` handler for its whole run). A pool smaller than that makes releases
+ * wait behind handlers.
  */
-export const QUEUE_OWN_CONNECTIONS = 2;
+export const QUEUE_OWN_CONNECTIONS = 3;
 
 /** A warning to log at startup when the pool cannot hold `concurrency` handlers plus the queue's own connections. */
 export function poolSizeWarning(poolMax: number, concurrency: number): string | undefined {
@@ -12,7 +13,7 @@ export function poolSizeWarning(poolMax: number, concurrency: number): string | 
   if (poolMax >= needed) return undefined;
   return (
     `the database pool has ${poolMax} connections, fewer than concurrency ${concurrency} + ${QUEUE_OWN_CONNECTIONS} ` +
-    `(LISTEN and heartbeats, and claims and releases) = ${needed}: handlers that use the database can starve the queue's own statements. ` +
+    `(LISTEN and heartbeats, claims, releases) = ${needed}: handlers that use the database can starve the queue's own statements. ` +
     `Give the DataSource a pool of at least ${needed} (TypeORM's poolSize, or extra.max), plus what the rest of the app uses, or lower concurrency.`
   );
 }

@@ -74,6 +74,8 @@ export class ReleaseBatcher {
   private startTimer?: NodeJS.Timeout;
   private inFlight?: Promise<void>;
   private inFlightIds: string[] = [];
+  /** The progress the flush in flight writes (a job completed in its own transaction takes it along). */
+  private inFlightProgress = new Map<string, string>();
   private readonly stopping = new AbortController();
 
   constructor(
@@ -109,9 +111,9 @@ export class ReleaseBatcher {
     this.schedule();
   }
 
-  /** The progress of a running job that waits for the next flush, if any (JSON text). */
+  /** The progress of a running job that waits for the next flush or is being written, if any (JSON text). */
   unwrittenProgress(id: string): string | undefined {
-    return this.progress.get(id);
+    return this.progress.get(id) ?? this.inFlightProgress.get(id);
   }
 
   /** A job whose outcome was written elsewhere (its handler's own transaction): no start mark or progress is left to write. */
@@ -183,10 +185,12 @@ export class ReleaseBatcher {
     clearTimeout(this.startTimer);
     this.startTimer = undefined;
     this.inFlightIds = [...batch.completed.map((c) => c.id), ...batch.failed.map((f) => f.id)];
+    this.inFlightProgress = batch.progress;
     try {
       await this.writeWithRetries(batch);
     } finally {
       this.inFlightIds = [];
+      this.inFlightProgress = new Map();
     }
   }
 
