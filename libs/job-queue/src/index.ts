@@ -30,5 +30,5 @@ export {
   KnownCrontabEntity,
   WorkerEntity,
 } from './entities/job-queue-entities';
-export { createJobQueueMigrations, JobQueueMigrations } from '../../../migrations';
+export { createJobQueueMigrations, JobQueueMigrations } from './migrations';
 export { runJobQueueMigrations } from './migrate/run-migrations';

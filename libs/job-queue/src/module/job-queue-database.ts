@@ -3,7 +3,7 @@ import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { ClientBase, Pool, QueryResultRow } from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
-import { createJobQueueMigrations } from '../../../../migrations';
+import { createJobQueueMigrations } from '../migrations';
 import { createJobQueueEntities, JobQueueEntities } from '../entities/job-queue-entities';
 import { JobQueueError } from '../errors';
 import { runJobQueueMigrations } from '../migrate/run-migrations';
