@@ -26,6 +26,15 @@ describe('the pool the worker shares with the app', () => {
     assert.match(pool[0], /has 10 connections, fewer than concurrency 10 \+ 3 .* = 13/);
   });
 
+  it('no concurrency given: it fits the pool (pg\'s default of 10 runs 7 at once), with no warning', async () => {
+    const logger = warnings();
+    const t = await createTestApp({ url: db.url, logger, typeOrm: { extra: { max: 10 } } });
+    const { rows } = await t.dataSource.query('select concurrency from job_queue.workers where id = $1', [t.worker.workerId]).then((rows: unknown[]) => ({ rows }));
+    await t.close();
+    assert.deepEqual(rows, [{ concurrency: 7 }]);
+    assert.deepEqual(logger.seen.filter((m) => /database pool/.test(m)), []);
+  });
+
   it('large enough: no warning', async () => {
     const logger = warnings();
     const t = await createTestApp({ url: db.url, logger, typeOrm: { extra: { max: 13 } }, jobQueue: { concurrency: 10 } });

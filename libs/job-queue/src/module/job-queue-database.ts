@@ -9,6 +9,7 @@ import { JobQueueError } from '../errors';
 import { runJobQueueMigrations } from '../migrate/run-migrations';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_MODULE_OPTIONS } from './job-queue.module-definition';
+import { concurrencyForPool } from './pool-size';
 import { resolveOptions, type JobQueueModuleOptions, type ResolvedJobQueueOptions } from './job-queue.options';
 
 /** The name of a statement of sql/queries.ts. */
@@ -41,6 +42,8 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
     const source = this.findDataSource();
     if (!source.isInitialized) await source.initialize();
     this.source = source;
+    // Not given: as many as the pool holds besides the queue's own connections, at most 10.
+    if (this.rawOptions?.concurrency === undefined) this.options.concurrency = concurrencyForPool(this.pool.options.max);
     if (this.options.migrationsRun) {
       const applied = await runJobQueueMigrations(source, this.options.schema, createJobQueueMigrations(this.options.schema));
       if (applied.length > 0) this.logger.log(`Applied migrations to schema "${this.options.schema}": ${applied.join(', ')}`);

@@ -48,7 +48,7 @@ export interface JobQueueModuleOptions {
   migrationsRun?: boolean;
   /** Run a worker in this process. Default true; false makes a producer-only instance. */
   worker?: boolean;
-  /** How many jobs this process runs at once. Default 10. */
+  /** How many jobs this process runs at once. Default 10, or fewer to fit the pool: its size − 3 (the queue's own connections), at least 1. */
   concurrency?: number;
   /** Milliseconds between polls for future, retried or unnotified jobs. Default 2000. */
   pollInterval?: number;

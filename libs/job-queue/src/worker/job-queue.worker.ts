@@ -20,7 +20,7 @@ import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { backoffMs, sleep } from '../backoff';
 import type { JobQueueEvent } from './events';
 import { NotifyListener } from '../module/notify-listener';
-import { poolSizeWarning } from './pool-size';
+import { poolSizeWarning } from '../module/pool-size';
 import { PrefetchSizer } from './prefetch';
 import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
@@ -107,7 +107,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     private readonly telemetry: JobQueueTelemetry,
     private readonly clsContext: JobClsContext,
   ) {
-    this.prefetch = new PrefetchSizer(this.db.options.concurrency);
+    this.prefetch = new PrefetchSizer(() => this.db.options.concurrency); // known once the pool is (onModuleInit)
     this.claims = new ClaimConnection(() => this.db.pool);
     this.batcher = this.createBatcher();
   }

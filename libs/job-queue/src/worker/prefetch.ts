@@ -11,14 +11,15 @@ export class PrefetchSizer {
   /** Moving average of job durations, ms. Starts pessimistic: nothing is prefetched until jobs prove fast. */
   private averageMs = 1000;
 
-  constructor(private readonly concurrency: number) {}
+  constructor(private readonly concurrency: () => number) {}
 
   record(durationMs: number): void {
     this.averageMs = this.averageMs * 0.9 + durationMs * 0.1;
   }
 
   get target(): number {
-    const jobsInWindow = (this.concurrency * PREFETCH_MS) / Math.max(this.averageMs, 0.001);
-    return Math.min(MAX_FACTOR * this.concurrency, Math.floor(jobsInWindow));
+    const concurrency = this.concurrency();
+    const jobsInWindow = (concurrency * PREFETCH_MS) / Math.max(this.averageMs, 0.001);
+    return Math.min(MAX_FACTOR * concurrency, Math.floor(jobsInWindow));
   }
 }

@@ -17,3 +17,8 @@ export function poolSizeWarning(poolMax: number, concurrency: number): string | 
     `Give the DataSource a pool of at least ${needed} (TypeORM's poolSize, or extra.max), plus what the rest of the app uses, or lower concurrency.`
   );
 }
+
+/** The default concurrency: 10, or fewer when the pool cannot hold 10 handlers besides the queue's own connections. */
+export function concurrencyForPool(poolMax: number): number {
+  return Math.max(1, Math.min(10, poolMax - QUEUE_OWN_CONNECTIONS));
+}
