@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import type { JobQueueEvent } from '../../libs/job-queue/src';
+import { CLAIMS_APPLICATION_NAME } from '../../libs/job-queue/src/worker/claim-connection';
 import { createTestApp, type TestApp } from '../support/app';
 import { listenerPids, terminateConnections } from '../support/connections';
 import { connect, createTestDatabase } from '../support/database';
@@ -41,6 +42,22 @@ describe('connection faults', () => {
     await waitFor('the first job to run', () => runs.get(first.id) === 1);
     const second = await t.jobs.add('work');
     await waitFor('the second job to run, woken by its notification', () => runs.get(second.id) === 1);
+  });
+
+  it('a claim connection killed while idle is replaced at the next claim', async () => {
+    const claimPids = async () =>
+      (await sql.query(`select pid from pg_stat_activity where application_name = $1`, [CLAIMS_APPLICATION_NAME])).rows.map((r) => r.pid as number);
+    const warmUp = await t.jobs.add('work');
+    await waitFor('a job to run', () => runs.get(warmUp.id) === 1);
+    const [before] = await claimPids();
+    assert.ok(before, 'the worker has its claim connection');
+    assert.equal(await terminateConnections(sql, 'pid = $1', [before]), 1);
+    await waitFor('the claim connection to be gone', async () => !(await claimPids()).includes(before));
+    const job = await t.jobs.add('work');
+    await waitFor('the job to run', () => runs.get(job.id) === 1);
+    const after = await claimPids();
+    assert.equal(after.length, 1);
+    assert.notEqual(after[0], before, 'a new connection');
   });
 
   it('claims and releases survive their connections being killed: no job lost or run twice', async () => {

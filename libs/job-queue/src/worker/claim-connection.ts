@@ -12,7 +12,10 @@ import type { Pool, PoolClient } from 'pg';
  *   backlog.
  */
 export const CLAIM_SESSION_SETTINGS = 'set synchronous_commit = off; set enable_bitmapscan = off; set enable_seqscan = off';
-const RESET_SETTINGS = 'reset synchronous_commit; reset enable_bitmapscan; reset enable_seqscan';
+const RESET_SETTINGS = 'reset synchronous_commit; reset enable_bitmapscan; reset enable_seqscan; reset application_name';
+
+/** The application_name of a worker's claim connection, as pg_stat_activity shows it: with the process id. */
+export const CLAIMS_APPLICATION_NAME = `nestjs-job-queue claims ${process.pid}`;
 
 /**
  * One pool connection that the worker's claims run on, taken on first use and kept: claims
@@ -38,7 +41,7 @@ export class ClaimConnection {
     // A connection that dies between claims is dropped: the next claim takes another.
     client.on('error', (error) => void this.drop(client, error));
     try {
-      await client.query(CLAIM_SESSION_SETTINGS);
+      await client.query(`${CLAIM_SESSION_SETTINGS}; set application_name = '${CLAIMS_APPLICATION_NAME}'`);
     } catch (error) {
       this.destroy(client, error);
       throw error;
