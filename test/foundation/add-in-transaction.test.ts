@@ -97,6 +97,8 @@ describe('JobQueueService.add and addMany', () => {
     assert.equal(await countJobs('bulk'), 3);
     assert.equal((await observer.query(`select count(*) from job_queue.job_queues where queue_name = 'q1'`)).rows[0].count, '1');
     assert.deepEqual(await notifications.barrier(), [''], 'one notification for the three jobs');
+    // what addMany returns is what the table holds (it is built from the specs and the ids the insert returns)
+    for (const job of jobs) assert.deepEqual(job, await t.jobs.getJob(job.id));
   });
 
   it('addMany with job keys, inside a transaction that rolls back, leaves nothing', async () => {

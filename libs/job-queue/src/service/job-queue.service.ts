@@ -10,6 +10,7 @@ import { toJob, type Job, type JobRow, type JobSpec } from './job';
 import { AmbientTransaction } from './ambient-transaction';
 import { JobWaiter } from './job-waiter';
 import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from './typed-tasks';
+import { addedJobs, type AddedRow } from './added-jobs';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { toTraceColumns } from '../telemetry/trace-context';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
@@ -114,11 +115,10 @@ export class JobQueueService {
     return this.telemetry.traceAdd(jobs, 'addMany', async (carrier) => {
       const trace = toTraceColumns(carrier);
       const traceValues = trace ? [trace.traceId, trace.spanId, trace.flags] : [null, null, null];
-      const rows = !keyed
-        ? await this.db.run<JobRow>('addJobsBulk', [...columns, ...traceValues], manager)
-        : trace
-          ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues], manager)
-          : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], manager);
+      if (!keyed) return addedJobs(jobs, await this.db.run<AddedRow>('addJobsBulk', [...columns, ...traceValues], manager), trace);
+      const rows = trace
+        ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues], manager)
+        : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], manager);
       return rows.map((row) => toJob(row));
     });
   }

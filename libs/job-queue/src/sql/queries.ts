@@ -52,6 +52,9 @@ export function createQueries(schema: string) {
      * Many jobs without job keys in one statement: set-based, one NOTIFY.
      * $1..$7 are parallel arrays: identifiers, payloads (json text), queues, run_ats, max_attempts, priorities, flags (json text);
      * $8, $9, $10 the trace id, span id and trace flags of the span that adds them, or nulls.
+     * Returns only what the database decides (id, run_at, created_at), in the order given: the
+     * rest of each new row is what the caller sent (service/added-jobs.ts), and sending it back
+     * would cost more than the insert.
      */
     addJobsBulk: `
       with specs as (
@@ -72,7 +75,7 @@ export function createQueries(schema: string) {
         returning ${JOB_COLUMNS.join(', ')}
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
-      select ${jobColumns('inserted')} from inserted left join notified on true order by inserted.id`,
+      select inserted.id, inserted.run_at, inserted.created_at from inserted left join notified on true order by inserted.id`,
 
     /** Many jobs, some with job keys: add_job per spec, in order, in one statement. The parameters of addJobsBulk but its trace, plus $8 keys, $9 key modes. */
     addJobsKeyed: `
