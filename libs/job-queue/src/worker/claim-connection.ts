@@ -1,26 +1,32 @@
 import type { Pool, PoolClient } from 'pg';
+import { QUEUE_OWN_CONNECTIONS } from '../module/pool-size';
 
 /**
- * The session settings of the connection claims run on (the bench's SQL-limit line uses them
- * too, as part of the claim):
- * - `synchronous_commit = off`: a claim does not wait for the disk. One lost in a server
- *   crash only offers its jobs again, and the durable release that follows it flushes the
- *   claim's WAL as well. Releases, adds and the app's own transactions are not affected.
- * - no bitmap or sequential scans: the claim walks jobs_fetch_idx in order and stops at its
+ * The settings claims run with (the bench's SQL-limit line uses them too, as part of the claim):
+ * - `synchronous_commit = off`: a claim does not wait for the disk. A server crash (or a
+ *   failover) within a moment of it can lose it: its jobs are then offered again although
+ *   their handlers started (see the README's delivery guarantees). Releases, adds and the
+ *   app's own transactions are not affected, and any later durable commit (the release that
+ *   follows) makes the claim durable too.
+ * - no bitmap scans and no sorts: the claim walks jobs_fetch_idx in order and stops at its
  *   limit. On a table without statistics (just filled), the planner otherwise guesses that
- *   few rows match and reads and sorts every due job at each claim: slower the longer the
- *   backlog.
+ *   few rows match and reads and sorts every due job at each claim.
+ * - no JIT: on a large table without statistics the claim's estimated cost is high enough to
+ *   JIT-compile it at each execution, which costs more than the claim itself (0.5–1 s).
  */
-export const CLAIM_SESSION_SETTINGS = 'set synchronous_commit = off; set enable_bitmapscan = off; set enable_seqscan = off';
-const RESET_SETTINGS = 'reset synchronous_commit; reset enable_bitmapscan; reset enable_seqscan; reset application_name';
+const CLAIM_SETTINGS = { synchronous_commit: 'off', enable_bitmapscan: 'off', enable_sort: 'off', jit: 'off' };
+export const CLAIM_SESSION_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) => `set ${name} = ${value}`).join('; ');
+const CLAIM_LOCAL_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) => `set local ${name} = ${value}`).join('; ');
 
 /** The application_name of a worker's claim connection, as pg_stat_activity shows it: with the process id. */
 export const CLAIMS_APPLICATION_NAME = `nestjs-job-queue claims ${process.pid}`;
 
 /**
- * One pool connection that the worker's claims run on, taken on first use and kept: claims
- * never wait behind handlers for a connection, and keep their prepared statement. A failed
- * claim discards it (it may be broken); the next claim takes another.
+ * Runs the worker's claims with CLAIM_SETTINGS. On a pool with room for it, one connection is
+ * taken on first use and kept, with the settings for its session: claims never wait behind
+ * handlers for a connection, and keep their prepared statement. A failed claim destroys it
+ * (it may be broken); the next claim takes another. On a smaller pool nothing is kept: each
+ * claim takes a connection for a transaction of its own, with the settings for it alone.
  */
 export class ClaimConnection {
   private client?: Promise<PoolClient>;
@@ -28,7 +34,33 @@ export class ClaimConnection {
   /** `pool`: the DataSource's, once it is initialised. */
   constructor(private readonly pool: () => Pool) {}
 
-  get(): Promise<PoolClient> {
+  /** Runs `claim` (one statement) on a connection with the claim settings. */
+  async run<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
+    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction(claim);
+    const client = await this.kept();
+    try {
+      return await claim(client);
+    } catch (error) {
+      this.drop(client, error);
+      throw error;
+    }
+  }
+
+  private async runInTransaction<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
+    const client = await this.pool().connect();
+    try {
+      await client.query(`begin; ${CLAIM_LOCAL_SETTINGS}`);
+      const rows = await claim(client);
+      await client.query('commit');
+      client.release();
+      return rows;
+    } catch (error) {
+      client.release(error instanceof Error ? error : true); // destroyed: it may still be in the transaction
+      throw error;
+    }
+  }
+
+  private kept(): Promise<PoolClient> {
     this.client ??= this.connect().catch((error: unknown) => {
       this.client = undefined;
       throw error;
@@ -39,24 +71,23 @@ export class ClaimConnection {
   private async connect(): Promise<PoolClient> {
     const client = await this.pool().connect();
     // A connection that dies between claims is dropped: the next claim takes another.
-    client.on('error', (error) => void this.drop(client, error));
+    client.on('error', (error) => this.drop(client, error));
     try {
       await client.query(`${CLAIM_SESSION_SETTINGS}; set application_name = '${CLAIMS_APPLICATION_NAME}'`);
     } catch (error) {
       this.destroy(client, error);
       throw error;
     }
+    this.current = client;
     return client;
   }
 
-  /** After a failed claim: the connection may be broken, so it is destroyed rather than reused. */
-  async discard(error: unknown): Promise<void> {
-    const client = await this.client?.catch(() => undefined);
-    if (client) await this.drop(client, error);
-  }
+  /** The kept connection once connected: a drop of any other (an older one) does nothing. */
+  private current?: PoolClient;
 
-  private async drop(client: PoolClient, error: unknown): Promise<void> {
-    if ((await this.client?.catch(() => undefined)) !== client) return; // an older one, dropped already
+  private drop(client: PoolClient, error: unknown): void {
+    if (this.current !== client) return;
+    this.current = undefined;
     this.client = undefined;
     this.destroy(client, error);
   }
@@ -67,19 +98,13 @@ export class ClaimConnection {
     client.release(error instanceof Error ? error : true);
   }
 
-  /** Gives the connection back to the pool with its settings reset (the worker stops). */
-  async release(): Promise<void> {
+  /**
+   * The worker stops: the kept connection is closed rather than given back with its settings
+   * (resetting them could wait on a connection that is half gone); the pool opens another
+   * when it needs one.
+   */
+  async close(): Promise<void> {
     const client = await this.client?.catch(() => undefined);
-    this.client = undefined;
-    if (!client) return;
-    client.removeAllListeners('error');
-    client.on('error', () => {});
-    try {
-      await client.query(RESET_SETTINGS);
-      client.removeAllListeners('error');
-      client.release();
-    } catch (error) {
-      client.release(error instanceof Error ? error : true);
-    }
+    if (client) this.drop(client, true);
   }
 }

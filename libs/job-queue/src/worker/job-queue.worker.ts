@@ -99,6 +99,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private rejoining = false;
   private started = false;
   private stopping = false;
+  /** runUntilIdle() calls under way. */
+  private idleRuns = 0;
 
   constructor(
     private readonly db: JobQueueDatabase,
@@ -358,7 +360,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   async stop(): Promise<void> {
     // A producer-only app (worker: false) may still be running jobs through runUntilIdle().
     const busy = this.running.size > 0 || this.prefetched.length > 0;
-    if (this.stopping || (!this.started && !busy && !this.registered)) return;
+    if (this.stopping || (!this.started && !busy && !this.registered)) return this.claims.close();
     this.stopping = true;
     clearInterval(this.pollTimer);
     clearTimeout(this.retryTimer);
@@ -394,7 +396,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
     await this.batcher.stop();
     this.running.clear();
-    await this.claims.release();
+    await this.claims.close();
     await this.unregister();
     await this.listener?.stop();
     this.started = false;
@@ -415,11 +417,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   async runUntilIdle(): Promise<void> {
     if (this.stopping) return; // stopped or stopping: nothing more runs here
     const ownRegistration = !this.registered;
-    if (ownRegistration) await this.register();
+    this.idleRuns += 1;
     try {
+      if (ownRegistration) await this.register();
       await this.runWhileAvailable();
     } finally {
-      if (!this.started && !this.stopping) await this.claims.release(); // a producer-only app keeps no connection for claims
+      // A producer-only app keeps no connection for claims once no runUntilIdle() is under way.
+      if (--this.idleRuns === 0 && !this.started && !this.stopping) await this.claims.close();
       if (ownRegistration && !this.started && !this.stopping) await this.unregister();
     }
   }
@@ -471,13 +475,12 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       let rows: Array<JobRow & { candidate_count: number }>;
       try {
         const forbidden = await this.forbiddenFlags();
-        rows = await this.db.runOn(await this.claims.get(), 'claimJobs', [identifiers, forbidden, room, claimedAs, free]);
+        rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [identifiers, forbidden, room, claimedAs, free]));
         this.claimFailures = 0;
       } catch (error) {
         // The server may have committed the claim before the reply was lost: the next
         // heartbeat gives back what is locked for us that we do not know.
         this.claimReplyLost = true;
-        void this.claims.discard(error);
         this.claimFailures += 1;
         this.reportError('claim', error);
         clearTimeout(this.retryTimer);
@@ -486,8 +489,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       }
       // Claimed while stop() began: given back by stop(). Claimed under an id fenced since: the sweep's orphan rule frees them.
       if (this.stopping || claimedAs !== this.id) break;
-      // The ones the claim marked started go first: they were claimed for the free slots.
-      const jobs = rows.map((row) => toJob(row));
+      // The ones the claim marked started go first: they were claimed for the free slots. A job
+      // this process already runs or holds is not started twice: its claim was lost in a server
+      // crash (claims do not wait for the disk) and this worker claimed it again.
+      const held = new Set(this.prefetched.map((job) => job.id));
+      const jobs = rows.map((row) => toJob(row)).filter((job) => !this.running.has(job.id) && !held.has(job.id));
       this.prefetched.unshift(...jobs.filter((job) => job.startedAt !== null));
       this.prefetched.push(...jobs.filter((job) => job.startedAt === null));
       this.startPrefetched();
