@@ -61,7 +61,7 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   console.log('');
   console.log(
     'plain SQL: the library\'s own statements on our schema from plain node-pg clients, no Nest, no TypeORM, no worker: ' +
-      `add_job() one round trip at a time; ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
+      `add()'s insert statement one round trip at a time; ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
       `${config.sqlBatchSize} per claim) then releaseJobs (moves them to finished_jobs as completed, as the default retention does). ` +
       '"ours / SQL": how close we come to that limit.',
   );
@@ -158,7 +158,7 @@ function againstGraphile(config: BenchConfig, rounds: RoundResult[]): Row[] {
 function againstPlainSql(config: BenchConfig, rounds: RoundResult[]): Row[] {
   return [
     {
-      line: `add() vs add_job() round trips, one at a time, ${config.addOneJobs} jobs (jobs/s)`,
+      line: `add() vs its insert's round trips, one at a time, ${config.addOneJobs} jobs (jobs/s)`,
       ours: values(rounds, (r) => r.ours.addOnePerSecond),
       other: values(rounds, (r) => r.sqlLimit.addOnePerSecond),
       kind: 'throughput',

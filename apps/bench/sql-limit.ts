@@ -13,7 +13,7 @@ const sql = createQueries(SCHEMA);
 
 /** What our add() and our drain should approach: the same statements with no library around them. */
 export interface SqlLimitResult {
-  /** add_job() one round trip at a time (the statement add() runs). */
+  /** add()'s own insert (addJobKeyless) one round trip at a time. */
   addOnePerSecond: number;
   /** `sqlClients` loops of claim a batch (claimJobs) then complete it (releaseJobs, keeping them in finished_jobs). */
   drainPerSecond: number;
@@ -37,7 +37,7 @@ export async function runSqlLimit(url: string, config: BenchConfig, progress: Pr
       await claimClients[i].connect();
       await claimClients[i].query(CLAIM_SESSION_SETTINGS);
     }
-    progress(`plain SQL: add_job() one round trip at a time, ${config.addOneJobs} jobs`);
+    progress(`plain SQL: add()'s insert one round trip at a time, ${config.addOneJobs} jobs`);
     const addOnePerSecond = await measureRawAdd(clients[0], config.addOneJobs);
     await clients[0].query(`delete from ${SCHEMA}.jobs`);
 
@@ -53,12 +53,12 @@ export async function runSqlLimit(url: string, config: BenchConfig, progress: Pr
   }
 }
 
-/** Awaited add_job() calls with the same statement and arguments as add(): jobs/s. */
+/** Awaited round trips of the statement add() runs for a job without a key (addJobKeyless), with the same arguments: jobs/s. */
 async function measureRawAdd(client: Client, count: number): Promise<number> {
   const started = performance.now();
   for (let i = 0; i < count; i++) {
-    const values = [TASK, JSON.stringify({ index: i }), null, null, null, null, null, null, 'replace'];
-    await client.query({ name: 'bench_add_job', text: sql.addJob, values });
+    const values = [TASK, JSON.stringify({ index: i }), null, null, null, null, null, null, null, null];
+    await client.query({ name: 'bench_add_job', text: sql.addJobKeyless, values });
   }
   return (count * 1000) / (performance.now() - started);
 }

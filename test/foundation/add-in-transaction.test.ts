@@ -45,8 +45,11 @@ describe('JobQueueService.add and addMany', () => {
     assert.equal(job.priority, 0);
     assert.deepEqual(job.flags, []);
     assert.equal(await countJobs('plain'), 1);
-    const fetched = await t.jobs.getJob(job.id);
-    assert.equal(fetched?.id, job.id);
+    // what add() returns is what the table holds (a keyless add gets back only what the database decides)
+    assert.deepEqual(job, await t.jobs.getJob(job.id));
+    const queued = await t.jobs.add('plain_queued', { b: [1, 'x'] }, { queueName: 'q-add', priority: -3, maxAttempts: 4, flags: ['f'], runAt: new Date(Date.now() + 60_000) });
+    assert.deepEqual(queued, await t.jobs.getJob(queued.id));
+    assert.equal((await observer.query(`select count(*)::int as n from job_queue.job_queues where queue_name = 'q-add'`)).rows[0].n, 1, 'its queue row');
     assert.equal(await t.jobs.getJob('999999999'), null);
   });
 

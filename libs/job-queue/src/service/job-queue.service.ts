@@ -78,6 +78,11 @@ export class JobQueueService {
     const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
     const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
       const trace = toTraceColumns(carrier);
+      if (job.jobKey === null) {
+        const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags];
+        const traceValues = trace ? [trace.traceId, trace.spanId, trace.flags] : [null, null, null];
+        return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', [...keyless, ...traceValues], manager), trace);
+      }
       const rows = trace
         ? await this.db.run<JobRow>('addJobTraced', [...values, trace.traceId, trace.spanId, trace.flags], manager)
         : await this.db.run<JobRow>('addJob', values, manager);
