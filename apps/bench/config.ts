@@ -1,6 +1,7 @@
 /**
- * The benchmark's parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS and HISTORY, from the
- * command line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`) or else from the environment.
+ * The benchmark's parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES,
+ * SCALE and BACKLOG, from the command line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`; `--scale`
+ * alone is SCALE=1) or else from the environment.
  */
 export interface BenchConfig {
   /** Jobs per bulk add and per drain. */
@@ -13,6 +14,12 @@ export interface BenchConfig {
   latencySamples: number;
   /** Completed jobs put in finished_jobs before our drain with a history; 0 skips that drain. */
   history: number;
+  /** The worker-process lines drain JOBS jobs with 1, 2, … up to this many worker processes; 0 skips them. */
+  processes: number;
+  /** SCALE=1: the long scale line too, a backlog of `backlog` jobs drained by one worker process. */
+  scale: boolean;
+  /** Jobs in the backlog line (only with SCALE=1). */
+  backlog: number;
   /** Jobs added one at a time: a tenth of `jobs`, since each is a round trip. */
   addOneJobs: number;
   /** Jobs per addMany() / addJobs() call. */
@@ -32,8 +39,10 @@ export interface BenchConfig {
 /** Bad parameters: reported without a stack trace. */
 export class UsageError extends Error {}
 
-const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS', 'HISTORY'] as const;
+const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS', 'HISTORY', 'PROCESSES', 'SCALE', 'BACKLOG'] as const;
 type Parameter = (typeof PARAMETERS)[number];
+/** On/off parameters: `--scale` alone turns one on. */
+const SWITCHES: readonly Parameter[] = ['SCALE'];
 
 export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchConfig {
   const args = parseArgs(argv);
@@ -50,6 +59,11 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     latencySamples: read('LATENCY_SAMPLES', 1000),
     // A day of completed jobs at about 12 a second, kept by the default retention (24 h).
     history: read('HISTORY', 1_000_000, 0),
+    // The lines for 1, 2 and 3 processes take about ten seconds a round at the defaults.
+    processes: read('PROCESSES', 3, 0),
+    scale: switchOn('SCALE', args.SCALE ?? env.SCALE),
+    // Fifty times the JOBS drain it is compared with.
+    backlog: read('BACKLOG', 1_000_000),
     addOneJobs: Math.max(1, Math.ceil(jobs / 10)),
     chunkSize: 1000,
     pollInterval: 1000,
@@ -71,14 +85,22 @@ function parseArgs(argv: string[]): Partial<Record<Parameter, string>> {
     const arg = argv[i];
     const assignment = /^(?:--)?([A-Za-z_-]+)=(.*)$/.exec(arg);
     const flag = /^--([A-Za-z_-]+)$/.exec(arg);
-    const [name, value] = assignment ? [assignment[1], assignment[2]] : flag ? [flag[1], argv[++i]] : [arg, undefined];
+    const name = assignment?.[1] ?? flag?.[1] ?? arg;
     const key = name.replace(/-/g, '_').toUpperCase();
+    const isSwitch = (SWITCHES as readonly string[]).includes(key);
+    const value = assignment ? assignment[2] : flag ? (isSwitch ? '1' : argv[++i]) : undefined;
     if (!(PARAMETERS as readonly string[]).includes(key) || value === undefined) {
-      throw new UsageError(`bad argument "${arg}": use ${PARAMETERS.map((p) => `${p}=<n>`).join(', ')}`);
+      throw new UsageError(`bad argument "${arg}": use ${PARAMETERS.map((p) => `${p}=<n>`).join(', ')} or --scale`);
     }
     args[key as Parameter] = value;
   }
   return args;
+}
+
+function switchOn(name: Parameter, raw: string | undefined): boolean {
+  if (raw === undefined || raw === '' || raw === '0') return false;
+  if (raw === '1') return true;
+  throw new UsageError(`${name} must be 0 or 1, got "${raw}"`);
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number): number {

@@ -4,12 +4,14 @@
  */
 export class HandlerProbe {
   private count = 0;
+  private lastAt = 0;
   private countWaiter?: { target: number; resolve: () => void; reject: (error: Error) => void; timer: NodeJS.Timeout };
   private startWaiter?: { resolve: (at: number) => void; reject: (error: Error) => void; timer: NodeJS.Timeout };
 
   hit(): void {
     const at = performance.now();
     this.count += 1;
+    this.lastAt = at;
     const start = this.startWaiter;
     if (start) {
       this.startWaiter = undefined;
@@ -22,6 +24,16 @@ export class HandlerProbe {
       clearTimeout(counted.timer);
       counted.resolve();
     }
+  }
+
+  /** Handlers started since the last reset: what a worker process reports to the bench (worker-process.ts). */
+  get started(): number {
+    return this.count;
+  }
+
+  /** The performance.now() at which the latest of them started. */
+  get lastStartAt(): number {
+    return this.lastAt;
   }
 
   /** Resolves once `target` handlers have started since the last reset. */
@@ -50,6 +62,7 @@ export class HandlerProbe {
   /** Zeroes the count and fails whatever still waits, so no timer outlives a measurement. */
   reset(): void {
     this.count = 0;
+    this.lastAt = 0;
     for (const waiter of [this.countWaiter, this.startWaiter]) {
       if (!waiter) continue;
       clearTimeout(waiter.timer);

@@ -2,14 +2,16 @@
  * `npm run bench`: this library's worker against graphile-worker and against its own SQL run
  * by plain node-pg clients, on the same PostgreSQL with fsync on (DATABASE_URL, or an embedded
  * server started durable), each on a fresh database of its own, for ROUNDS rounds in turn;
- * and this library's drain with and without a history of completed jobs (suite.ts).
- * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY (env, or
- * `npm run bench -- JOBS=2000`). Progress goes to stderr, the report to stdout.
+ * this library's drain with and without a history of completed jobs (suite.ts); and its scale
+ * lines: several worker processes, and with SCALE=1 a big backlog (scale.ts).
+ * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES, SCALE, BACKLOG
+ * (env, or `npm run bench -- JOBS=2000 --scale`). Progress goes to stderr, the report to stdout.
  */
 import 'reflect-metadata';
 import { readBenchConfig, UsageError, type BenchConfig } from './config';
 import { dropDatabase, openPostgresServer, readServerSettings, recreateDatabase, type PostgresServer, type ServerSettings } from './database';
 import { printReport, type RoundResult } from './report';
+import { runScale } from './scale';
 import { runSqlLimit } from './sql-limit';
 import { runSuite, type Progress, type QueueUnderTest, type SuiteResult, type WorkerMode } from './suite';
 import { graphileWorkerVersion, openGraphileWorker } from './system-graphile-worker';
@@ -18,6 +20,7 @@ import { openNestJobQueue } from './system-nestjs-job-queue';
 const OUR_DATABASE = 'bench_jq';
 const THEIR_DATABASE = 'bench_gw';
 const SQL_DATABASE = 'bench_sql';
+const SCALE_DATABASE = 'bench_scale';
 
 const progress = (message: string) => console.error(`[bench] ${message}`);
 
@@ -36,12 +39,13 @@ async function main(): Promise<void> {
       const ours = await benchOn(server, OUR_DATABASE, ['default'], config, openNestJobQueue, step);
       const theirs = await benchOn(server, THEIR_DATABASE, ['default', 'batched'], config, openGraphileWorker, step);
       const sqlLimit = await runSqlLimit(await recreateDatabase(server.url, SQL_DATABASE), config, step);
-      rounds.push({ ours, theirs, sqlLimit });
+      const scale = config.processes > 0 || config.scale ? await runScale(await recreateDatabase(server.url, SCALE_DATABASE), config, step) : undefined;
+      rounds.push({ ours, theirs, sqlLimit, scale });
       progress(`round ${round}/${config.rounds} took ${((performance.now() - started) / 1000).toFixed(0)} s`);
     }
     printReport(config, { server: server.description, settings, graphileWorkerVersion: graphileWorkerVersion() }, rounds);
   } finally {
-    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
+    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
     await server.stop();
   }
 }

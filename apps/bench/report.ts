@@ -1,6 +1,9 @@
 import { cpus, totalmem } from 'node:os';
 import type { BenchConfig } from './config';
 import type { ServerSettings } from './database';
+import { cell, medianOf, perRound, printGrid, values, type Kind } from './report-format';
+import { printScale } from './report-scale';
+import type { ScaleResult } from './scale';
 import type { SqlLimitResult } from './sql-limit';
 import type { Latency, SuiteResult, WorkerMode } from './suite';
 
@@ -15,9 +18,9 @@ export interface RoundResult {
   ours: SuiteResult;
   theirs: SuiteResult;
   sqlLimit: SqlLimitResult;
+  /** Absent with PROCESSES=0 and without SCALE=1. */
+  scale?: ScaleResult;
 }
-
-type Kind = 'throughput' | 'latency' | 'percent';
 
 /** One line of a table: a value per round for each side. */
 interface Row {
@@ -43,10 +46,15 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   console.log(`durability: fsync=${settings.fsync}, synchronous_commit=${settings.synchronousCommit} (read from the server)`);
   if (settings.synchronousCommit === 'off') console.log('WARNING:    synchronous_commit is off: commits do not wait for the disk, adds look faster than in production');
   console.log(
-    `settings:   JOBS=${config.jobs} CONCURRENCY=${config.concurrency} LATENCY_SAMPLES=${config.latencySamples} ROUNDS=${config.rounds} HISTORY=${config.history}, ` +
+    `settings:   JOBS=${config.jobs} CONCURRENCY=${config.concurrency} LATENCY_SAMPLES=${config.latencySamples} ROUNDS=${config.rounds} HISTORY=${config.history} ` +
+      `PROCESSES=${config.processes} SCALE=${config.scale ? 1 : 0}${config.scale ? ` BACKLOG=${config.backlog}` : ''}, ` +
       `pollInterval ${config.pollInterval} ms, pool ${config.poolSize} connections, graphile-worker ${setting.graphileWorkerVersion}`,
   );
-  console.log('rounds:     each round runs nestjs-job-queue (then its lifecycle drains), then graphile-worker (default, then batched), then plain SQL');
+  const scaleLines = [config.processes > 0 ? 'worker processes' : '', config.scale ? 'backlog' : ''].filter(Boolean).join(', then ');
+  console.log(
+    'rounds:     each round runs nestjs-job-queue (then its lifecycle drains), then graphile-worker (default, then batched), then plain SQL' +
+      (scaleLines ? `, then the scale lines (${scaleLines})` : ''),
+  );
   console.log(`cells:      median of ${rounds.length} round(s)${rounds.length > 1 ? ' (min–max)' : ''}`);
   console.log('');
   printTable(['line', 'nestjs-job-queue', 'graphile-worker', 'ratio'], againstGraphile(config, rounds), ratio);
@@ -67,6 +75,11 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   );
   console.log('');
   printLifecycle(config, rounds);
+  const scale = rounds.flatMap((r) => (r.scale ? [r.scale] : []));
+  if (scale.length > 0) {
+    console.log('');
+    printScale(config, scale);
+  }
 }
 
 /**
@@ -172,52 +185,11 @@ function againstPlainSql(config: BenchConfig, rounds: RoundResult[]): Row[] {
   ];
 }
 
-function values(rounds: RoundResult[], pick: (round: RoundResult) => number | undefined): number[] {
-  return rounds.map(pick).filter((value): value is number => value !== undefined);
-}
-
-/** 100 × a / b of each round that has both, in percent. */
-function perRound(rounds: RoundResult[], a: (round: RoundResult) => number | undefined, b: (round: RoundResult) => number | undefined): number[] {
-  return values(rounds, (r) => {
-    const [x, y] = [a(r), b(r)];
-    return x === undefined || y === undefined ? undefined : (100 * x) / y;
-  });
-}
-
 function printTable(header: string[], rows: Row[], compare: (row: Row) => string): void {
   printGrid(
     header,
     rows.map((row) => [row.line, cell(row.ours, row.kind), cell(row.other, row.kind), compare(row)]),
   );
-}
-
-/** The first column left-aligned, the others right-aligned. */
-function printGrid(header: string[], cells: string[][]): void {
-  const widths = header.map((title, i) => Math.max(title.length, ...cells.map((c) => c[i].length)));
-  const line = (values: string[]) => values.map((v, i) => (i === 0 ? v.padEnd(widths[i]) : v.padStart(widths[i]))).join(' | ');
-  console.log(line(header));
-  console.log(widths.map((w) => '-'.repeat(w)).join('-|-'));
-  for (const c of cells) console.log(line(c));
-}
-
-/** The median, and the min–max when there was more than one round. */
-function cell(samples: number[], kind: Kind): string {
-  if (samples.length === 0) return '-';
-  const unit = kind === 'percent' ? ' %' : '';
-  const median = format(medianOf(samples), kind) + unit;
-  if (samples.length === 1) return median;
-  return `${median} (${format(Math.min(...samples), kind)}–${format(Math.max(...samples), kind)})`;
-}
-
-function medianOf(samples: number[]): number {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
-
-function format(value: number, kind: Kind): string {
-  if (kind === 'throughput' || kind === 'percent') return Math.round(value).toLocaleString('en-US');
-  return value.toFixed(value < 10 ? 2 : 1);
 }
 
 /** Of the medians: ours/theirs for jobs/s, theirs/ours for latency. */

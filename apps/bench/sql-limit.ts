@@ -4,10 +4,9 @@ import { JobQueueMigrations, runJobQueueMigrations } from '../../libs/job-queue/
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import type { BenchConfig } from './config';
+import { insertJobs, SCHEMA, TASK } from './jobs-table';
 import type { Progress } from './suite';
 
-const SCHEMA = 'job_queue';
-const TASK = 'bench_noop';
 /** The library's own statement texts, run here on plain node-pg clients. */
 const sql = createQueries(SCHEMA);
 
@@ -41,10 +40,7 @@ export async function runSqlLimit(url: string, config: BenchConfig, progress: Pr
     const addOnePerSecond = await measureRawAdd(clients[0], config.addOneJobs);
     await clients[0].query(`delete from ${SCHEMA}.jobs`);
 
-    await clients[0].query(
-      `insert into ${SCHEMA}.jobs (task_identifier, payload) select $1, jsonb_build_object('index', i) from generate_series(0, $2 - 1) i`,
-      [TASK, config.jobs],
-    );
+    await insertJobs(clients[0], config.jobs);
     progress(`plain SQL: claim + complete loops on ${config.sqlClients} clients, ${config.jobs} jobs in batches of ${config.sqlBatchSize}`);
     const drainPerSecond = await measureClaimCompleteLoops(clients, claimClients, config);
     return { addOnePerSecond, drainPerSecond };

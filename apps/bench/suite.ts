@@ -146,7 +146,7 @@ async function measureAddMany(queue: QueueUnderTest, count: number, chunkSize: n
   return perSecond(count, performance.now() - started);
 }
 
-async function addInChunks(queue: QueueUnderTest, count: number, chunkSize: number): Promise<void> {
+export async function addInChunks(queue: QueueUnderTest, count: number, chunkSize: number): Promise<void> {
   for (let from = 0; from < count; from += chunkSize) await queue.addMany(from, Math.min(chunkSize, count - from));
 }
 
@@ -191,7 +191,7 @@ async function measureLatency(queue: QueueUnderTest, samples: number): Promise<L
   return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
 }
 
-async function waitUntilNoJobs(queue: QueueUnderTest, timeoutMs = 60_000): Promise<void> {
+export async function waitUntilNoJobs(queue: QueueUnderTest, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const left = await queue.countJobs();

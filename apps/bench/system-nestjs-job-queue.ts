@@ -6,10 +6,8 @@ import { DataSource } from 'typeorm';
 import { JobQueueEntities, JobQueueModule, JobQueueService, JobQueueWorker, Task, type RetentionOptions } from '../../libs/job-queue/src';
 import type { BenchConfig } from './config';
 import { HandlerProbe } from './handler-probe';
+import { SCHEMA, settleJobsTable, TASK } from './jobs-table';
 import type { QueueUnderTest } from './suite';
-
-const TASK = 'bench_noop';
-const SCHEMA = 'job_queue';
 
 @Injectable()
 class BenchTasks {
@@ -32,17 +30,13 @@ export async function openNestJobQueue(url: string, config: BenchConfig): Promis
     lifecycle: {
       openWithoutHistory: () => openApp(url, config, { completed: 0 }),
       addHistory: (rows) => addHistory(queue.dataSource, rows),
-      settleTables: async () => {
-        await queue.dataSource.query(`vacuum ${SCHEMA}.jobs`);
-        await queue.dataSource.query('checkpoint').catch((error: unknown) => {
-          if ((error as { code?: string }).code !== '42501') throw error; // insufficient_privilege: superuser or pg_checkpoint only
-        });
-      },
+      settleTables: () => settleJobsTable(queue.dataSource),
     },
   };
 }
 
-async function openApp(url: string, config: BenchConfig, retention?: RetentionOptions): Promise<QueueUnderTest & { dataSource: DataSource }> {
+/** One Nest application context with this library, its worker not started: also what each worker process of the scale lines runs (worker-process.ts). */
+export async function openApp(url: string, config: BenchConfig, retention?: RetentionOptions): Promise<QueueUnderTest & { dataSource: DataSource }> {
   const probe = new HandlerProbe();
 
   @Module({

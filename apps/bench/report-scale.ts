@@ -1,0 +1,87 @@
+import type { BenchConfig } from './config';
+import type { ProcessDrain } from './process-drain';
+import { cell, perRound, printGrid, values } from './report-format';
+import type { BacklogResult, ScaleResult } from './scale';
+import type { MemorySample } from './worker-process';
+
+const MIB = 2 ** 20;
+
+/**
+ * The scale lines (scale.ts): JOBS drained by 1 … PROCESSES worker processes, with each
+ * count against one process; then, with SCALE=1, the BACKLOG drain against the JOBS drain of
+ * the same process, and that process's memory after each. Ratios are per round, of that
+ * round's drains, then their median (min–max) over the rounds, as for the lifecycle drains.
+ */
+export function printScale(config: BenchConfig, rounds: ScaleResult[]): void {
+  if (config.processes > 0) printProcesses(config, rounds);
+  if (config.scale) printBacklog(config, rounds);
+}
+
+function printProcesses(config: BenchConfig, rounds: ScaleResult[]): void {
+  const rows = Array.from({ length: config.processes }, (_, i) => [
+    `${i + 1} process${i === 0 ? '' : 'es'}`,
+    cell(values(rounds, (r) => r.processesPerSecond[i]), 'throughput'),
+    cell(perRound(rounds, (r) => r.processesPerSecond[i], (r) => r.processesPerSecond[0]), 'percent'),
+  ]);
+  printGrid([`nestjs-job-queue worker processes, ${config.jobs} jobs, concurrency ${config.concurrency} each`, 'jobs/s', 'against 1 process'], rows);
+  console.log('');
+  console.log(
+    `worker processes: each a child process with a Nest application context of its own (pool of ${config.poolSize} connections), on one database; ` +
+      'each line after VACUUM of jobs and a CHECKPOINT, the jobs added by addMany(), then the "go" to every process at once, ' +
+      'timed from the go to the last handler start any process reported (so comparable with the lifecycle drains, not with the drain line above). ' +
+      `Before the first line every process ran a share of a warm-up. The processes share the machine's CPUs with PostgreSQL.`,
+  );
+  console.log('');
+}
+
+function printBacklog(config: BenchConfig, rounds: ScaleResult[]): void {
+  const [jobs, backlog] = [config.jobs.toLocaleString('en-US'), config.backlog.toLocaleString('en-US')];
+  type Pick = (b: BacklogResult) => number | undefined;
+  const over = (pick: Pick) => (r: ScaleResult) => (r.backlog ? pick(r.backlog) : undefined);
+  const drainRow = (label: string, drain: (b: BacklogResult) => ProcessDrain | undefined) => [
+    label,
+    cell(values(rounds, over((b) => drain(b)?.perSecond)), 'throughput'),
+    cell(values(rounds, over((b) => drain(b)?.emptiedPerSecond)), 'throughput'),
+  ];
+  printGrid(
+    [`nestjs-job-queue backlog, 1 worker process, concurrency ${config.concurrency} (jobs/s)`, 'to the last handler start', 'to an empty jobs table'],
+    [drainRow(`drain ${jobs} jobs`, (b) => b.jobs), drainRow(`drain a backlog of ${backlog} jobs`, (b) => b.backlog)],
+  );
+  for (const [i, r] of rounds.entries()) {
+    for (const [label, drain] of [[jobs, r.backlog?.jobs], [backlog, r.backlog?.backlog]] as const) {
+      if (!drain || drain.left === 0) continue;
+      const left = drain.left.toLocaleString('en-US');
+      console.log(`round ${i + 1}: the ${label}-job drain left ${left} jobs in the table a minute after every handler had started (their completions unwritten)`);
+    }
+  }
+  console.log('');
+  const ratio = (pick: (d: ProcessDrain) => number | undefined) =>
+    cell(perRound(rounds, over((b) => b.backlog && pick(b.backlog)), over((b) => pick(b.jobs))), 'percent');
+  printGrid(
+    ['backlog: drain against drain', 'to the last handler start', 'to an empty jobs table', 'gate'],
+    [[`${backlog}-job backlog against ${jobs} jobs`, ratio((d) => d.perSecond), ratio((d) => d.emptiedPerSecond), '>= 90 %']],
+  );
+  console.log('');
+  const inMiB = (pick: Pick) => cell(values(rounds, over((b) => mebibytes(pick(b)))), 'mebibytes');
+  const change = (field: keyof MemorySample): Pick => (b) => (b.memoryAfterBacklog ? b.memoryAfterBacklog[field] - b.memoryAfterJobs[field] : undefined);
+  printGrid(
+    ['worker process memory, after a full GC (MiB)', 'RSS', 'heap used', 'gate'],
+    [
+      [`after the ${jobs}-job drain`, inMiB((b) => b.memoryAfterJobs.rss), inMiB((b) => b.memoryAfterJobs.heapUsed), ''],
+      [`after the ${backlog}-job drain`, inMiB((b) => b.memoryAfterBacklog?.rss), inMiB((b) => b.memoryAfterBacklog?.heapUsed), ''],
+      ['change', inMiB(change('rss')), inMiB(change('heapUsed')), 'flat'],
+    ],
+  );
+  console.log('');
+  console.log(
+    'backlog: both drains by the first worker process, after its warm-up (and the lines above), each after its jobs were put in jobs by one insert … select ' +
+      'from generate_series, then VACUUM ANALYZE and a CHECKPOINT; timed from the go to the last handler start, and to the first count of the jobs table ' +
+      'that found it empty (every completion written; polled every 20 ms). ' +
+      'Memory: process.memoryUsage() in that process after the drain, after gc(). ' +
+      `Ratio and change: per round, of that round's drains; ${rounds.length > 1 ? 'median (min–max) of the rounds' : 'one round'}.`,
+  );
+}
+
+function mebibytes(bytes: number | undefined): number | undefined {
+  return bytes === undefined ? undefined : bytes / MIB;
+}
