@@ -1,5 +1,5 @@
 import type { BenchConfig } from './config';
-import type { ProcessDrain } from './process-drain';
+import { UNWRITTEN_LIMIT, type ProcessDrain } from './process-drain';
 import { cell, perRound, printGrid, values } from './report-format';
 import type { BacklogResult, ScaleResult } from './scale';
 import type { MemorySample } from './worker-process';
@@ -18,17 +18,29 @@ export function printScale(config: BenchConfig, rounds: ScaleResult[]): void {
 }
 
 function printProcesses(config: BenchConfig, rounds: ScaleResult[]): void {
-  const rows = Array.from({ length: config.processes }, (_, i) => [
-    `${i + 1} process${i === 0 ? '' : 'es'}`,
-    cell(values(rounds, (r) => r.processesPerSecond[i]), 'throughput'),
-    cell(perRound(rounds, (r) => r.processesPerSecond[i], (r) => r.processesPerSecond[0]), 'percent'),
-  ]);
-  printGrid([`nestjs-job-queue worker processes, ${config.jobs} jobs, concurrency ${config.concurrency} each`, 'jobs/s', 'against 1 process'], rows);
+  const rows = Array.from({ length: config.processes }, (_, i) => {
+    const timed = (pick: (d: ProcessDrain) => number | undefined) => [
+      cell(values(rounds, (r) => pick(r.processes[i])), 'throughput'),
+      cell(perRound(rounds, (r) => pick(r.processes[i]), (r) => pick(r.processes[0])), 'percent'),
+    ];
+    return [`${i + 1} process${i === 0 ? '' : 'es'}`, ...timed((d) => d.perSecond), ...timed((d) => d.emptiedPerSecond)];
+  });
+  printGrid(
+    [
+      `nestjs-job-queue worker processes, ${config.jobs} jobs, concurrency ${config.concurrency} each (jobs/s)`,
+      'to the last handler start',
+      'against 1 process',
+      'to an empty jobs table',
+      'against 1 process',
+    ],
+    rows,
+  );
   console.log('');
   console.log(
     `worker processes: each a child process with a Nest application context of its own (pool of ${config.poolSize} connections), on one database; ` +
       'each line after VACUUM of jobs and a CHECKPOINT, the jobs added by addMany(), then the "go" to every process at once, ' +
-      'timed from the go to the last handler start any process reported (so comparable with the lifecycle drains, not with the drain line above). ' +
+      'timed from the go to the last handler start any process reported (so comparable with the lifecycle drains, not with the drain line above), ' +
+      'and to the first count of the jobs table that found it empty (every completion written; polled every 20 ms). ' +
       `Before the first line every process ran a share of a warm-up. The processes share the machine's CPUs with PostgreSQL.`,
   );
   console.log('');
@@ -49,9 +61,7 @@ function printBacklog(config: BenchConfig, rounds: ScaleResult[]): void {
   );
   for (const [i, r] of rounds.entries()) {
     for (const [label, drain] of [[jobs, r.backlog?.jobs], [backlog, r.backlog?.backlog]] as const) {
-      if (!drain || drain.left === 0) continue;
-      const left = drain.left.toLocaleString('en-US');
-      console.log(`round ${i + 1}: the ${label}-job drain left ${left} jobs in the table a minute after every handler had started (their completions unwritten)`);
+      if (drain?.stalled) console.log(`round ${i + 1}, the ${label}-job drain stalled: ${drain.stalled}`);
     }
   }
   console.log('');
@@ -76,7 +86,8 @@ function printBacklog(config: BenchConfig, rounds: ScaleResult[]): void {
   console.log(
     'backlog: both drains by the first worker process, after its warm-up (and the lines above), each after its jobs were put in jobs by one insert … select ' +
       'from generate_series, then VACUUM ANALYZE and a CHECKPOINT; timed from the go to the last handler start, and to the first count of the jobs table ' +
-      'that found it empty (every completion written; polled every 20 ms). ' +
+      'that found it empty (every completion written; polled every 20 ms). A drain is given up once its worker holds more than ' +
+      `${UNWRITTEN_LIMIT.toLocaleString('en-US')} completions unwritten, or if its table is not empty a minute after every handler started. ` +
       'Memory: process.memoryUsage() in that process after the drain, after gc(). ' +
       `Ratio and change: per round, of that round's drains; ${rounds.length > 1 ? 'median (min–max) of the rounds' : 'one round'}.`,
   );

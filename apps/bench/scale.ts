@@ -9,8 +9,8 @@ import { WorkerProcess } from './worker-process-handle';
 type BenchApp = Awaited<ReturnType<typeof openApp>>;
 
 export interface ScaleResult {
-  /** Draining JOBS jobs with 1, 2, … PROCESSES worker processes (index 0: one process), jobs/s; empty with PROCESSES=0. */
-  processesPerSecond: number[];
+  /** Draining JOBS jobs with 1, 2, … PROCESSES worker processes (index 0: one process); empty with PROCESSES=0. */
+  processes: ProcessDrain[];
   /** SCALE=1 only. */
   backlog?: BacklogResult;
 }
@@ -18,7 +18,7 @@ export interface ScaleResult {
 /** One worker process draining JOBS jobs, then BACKLOG jobs, both loaded and settled the same way. */
 export interface BacklogResult {
   jobs: ProcessDrain;
-  /** Absent if the JOBS drain's table never emptied. */
+  /** Absent if the JOBS drain stalled. */
   backlog?: ProcessDrain;
   /** The worker process's memory after each drain, after a full GC (bytes). */
   memoryAfterJobs: MemorySample;
@@ -42,10 +42,10 @@ export async function runScale(url: string, config: BenchConfig, progress: Progr
     processes = await openProcesses(url, config, Math.max(config.processes, config.scale ? 1 : 0));
     progress(`worker processes: warm-up, ${WARM_UP_JOBS} jobs shared by ${processes.length}`);
     await addAndDrain(app, processes, WARM_UP_JOBS, config);
-    const processesPerSecond = config.processes > 0 ? await measureProcessLines(app, processes, config, progress) : [];
+    const lines = config.processes > 0 ? await measureProcessLines(app, processes, config, progress) : [];
+    progress(`worker processes: ${((performance.now() - started) / 1000).toFixed(0)} s with the warm-up and the processes' start`);
     const backlog = config.scale ? await measureBacklog(app, processes[0], config, progress) : undefined;
-    progress(`scale lines took ${((performance.now() - started) / 1000).toFixed(0)} s`);
-    return { processesPerSecond, backlog };
+    return { processes: lines, backlog };
   } finally {
     await Promise.all(processes.map((p) => p.close()));
     await app.close();
@@ -67,21 +67,21 @@ async function openProcesses(url: string, config: BenchConfig, count: number): P
  * the lifecycle drains (suite.ts): VACUUM of jobs and a CHECKPOINT, the jobs added by addMany(),
  * then the "go" to the n processes at once.
  */
-async function measureProcessLines(app: BenchApp, processes: WorkerProcess[], config: BenchConfig, progress: Progress): Promise<number[]> {
-  const perSecond: number[] = [];
+async function measureProcessLines(app: BenchApp, processes: WorkerProcess[], config: BenchConfig, progress: Progress): Promise<ProcessDrain[]> {
+  const lines: ProcessDrain[] = [];
   for (let n = 1; n <= config.processes; n++) {
     progress(`worker processes: drain ${config.jobs} jobs with ${n} process(es), concurrency ${config.concurrency} each`);
-    perSecond.push(await addAndDrain(app, processes.slice(0, n), config.jobs, config));
+    lines.push(await addAndDrain(app, processes.slice(0, n), config.jobs, config));
   }
-  return perSecond;
+  return lines;
 }
 
-async function addAndDrain(app: BenchApp, by: WorkerProcess[], count: number, config: BenchConfig): Promise<number> {
+async function addAndDrain(app: BenchApp, by: WorkerProcess[], count: number, config: BenchConfig): Promise<ProcessDrain> {
   await settleJobsTable(app.dataSource);
   await addInChunks(app, count, config.chunkSize);
   const drain = await drainAcross(app, by, count);
-  if (drain.left > 0) throw new Error(`${drain.left} of ${count} jobs still in the table a minute after every handler had started`);
-  return drain.perSecond;
+  if (drain.stalled) throw new Error(`the drain of ${count} jobs by ${by.length} worker process(es) stalled: ${drain.stalled}`);
+  return drain;
 }
 
 /**
@@ -98,12 +98,12 @@ async function measureBacklog(app: BenchApp, worker: WorkerProcess, config: Benc
     await settleJobsTable(app.dataSource, { analyze: true });
     progress(`backlog: loaded in ${((performance.now() - loading) / 1000).toFixed(1)} s; drain ${count} jobs with 1 worker process`);
     const result = await drainAcross(app, [worker], count);
-    if (result.left > 0) progress(`backlog: ${result.left} of ${count} jobs still in the table a minute after every handler had started`);
+    if (result.stalled) progress(`backlog: the drain of ${count} jobs stalled: ${result.stalled}`);
     // Read even from a worker still running (its completions unwritten): what it holds is the point.
     return { result, memory: await worker.memory() };
   };
   const jobs = await drain(config.jobs);
-  if (jobs.result.left > 0) return { jobs: jobs.result, memoryAfterJobs: jobs.memory };
+  if (jobs.result.stalled) return { jobs: jobs.result, memoryAfterJobs: jobs.memory };
   const backlog = await drain(config.backlog);
   return { jobs: jobs.result, backlog: backlog.result, memoryAfterJobs: jobs.memory, memoryAfterBacklog: backlog.memory };
 }
