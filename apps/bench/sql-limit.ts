@@ -88,7 +88,7 @@ async function claimCompleteLoop(claimClient: Client, client: Client, workerId: 
     while (ids.length > 0) {
       // the last value is keep-completed ($11): true, as a worker with the default retention passes
       const values = [workerId, ids, ids.map(() => null), [], [], [], [], [], [], [], true];
-      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values });
+      const released = await client.query<{ released: number; busy: string[] }>({ text: sql.releaseJobs, values }); // unprepared, as the worker runs it
       const { released: count, busy } = released.rows[0];
       if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
       done += count;

@@ -138,9 +138,12 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private createBatcher(): ReleaseBatcher {
     const workerId = this.id;
     return new ReleaseBatcher(
+      // Planned for its values each time, never prepared: after five runs PostgreSQL would
+      // switch a prepared release to its generic plan, which walks every row the worker holds
+      // once per released id (seconds for a batch of thousands on a long backlog).
       (batch) =>
         this.db
-          .run<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', this.releaseParameters(workerId, batch))
+          .runPlannedEachTime<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', this.releaseParameters(workerId, batch))
           .then(([row]) => row),
       (error) => this.reportError('release', error),
       (cancelled) => {
@@ -209,6 +212,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     );
     await this.listener.start();
     await this.register();
+    // The listener's first wake-up may have claimed before the row existed (claims need it), and found nothing.
+    void this.wake();
     this.pollTimer = setInterval(() => void this.wake(), this.db.options.pollInterval);
     this.logger.log(
       `Worker ${this.id} started: concurrency ${this.db.options.concurrency}, tasks ${this.tasks.identifiers().join(', ') || '(none)'}`,
