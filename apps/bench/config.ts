@@ -75,7 +75,7 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     // Our worker has a claim and a release in flight at once: two connections busy, as here.
     sqlClients: 2,
     // The most our worker holds claimed beyond its running jobs (MAX_FACTOR × concurrency in prefetch.ts).
-    sqlBatchSize: concurrency * 20,
+    sqlBatchSize: concurrency * 50,
   };
 }
 
