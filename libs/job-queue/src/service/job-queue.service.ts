@@ -12,7 +12,7 @@ import { JobWaiter } from './job-waiter';
 import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from './typed-tasks';
 import { addedJobs, type AddedRow } from './added-jobs';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
-import { toTraceColumns } from '../telemetry/trace-context';
+import { toTraceColumns, traceValues } from '../telemetry/trace-context';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
 
 /** Filters and page of listJobs(). */
@@ -75,14 +75,13 @@ export class JobQueueService {
     const manager = spec?.manager ?? this.ambient.manager();
     checkManager(manager, this.db.dataSource);
     const job = this.validate(identifier, payload, spec);
-    const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
     const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
       const trace = toTraceColumns(carrier);
       if (job.jobKey === null) {
         const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags];
-        const traceValues = trace ? [trace.traceId, trace.spanId, trace.flags] : [null, null, null];
-        return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', [...keyless, ...traceValues], manager), trace);
+        return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', [...keyless, ...traceValues(trace)], manager), trace);
       }
+      const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const rows = trace
         ? await this.db.run<JobRow>('addJobTraced', [...values, trace.traceId, trace.spanId, trace.flags], manager)
         : await this.db.run<JobRow>('addJob', values, manager);
@@ -119,10 +118,9 @@ export class JobQueueService {
     const keys = [jobs.map((j) => j.jobKey), jobs.map((j) => j.jobKeyMode)];
     return this.telemetry.traceAdd(jobs, 'addMany', async (carrier) => {
       const trace = toTraceColumns(carrier);
-      const traceValues = trace ? [trace.traceId, trace.spanId, trace.flags] : [null, null, null];
-      if (!keyed) return addedJobs(jobs, await this.db.run<AddedRow>('addJobsBulk', [...columns, ...traceValues], manager), trace);
+      if (!keyed) return addedJobs(jobs, await this.db.run<AddedRow>('addJobsBulk', [...columns, ...traceValues(trace)], manager), trace);
       const rows = trace
-        ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues], manager)
+        ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues(trace)], manager)
         : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], manager);
       return rows.map((row) => toJob(row));
     });

@@ -28,6 +28,11 @@ export function toTraceColumns(carrier: Record<string, string> | null): TraceCol
   };
 }
 
+/** The trace columns as statement parameters (trace id, span id, trace flags): nulls for none. */
+export function traceValues(trace: TraceColumns | null): [string | null, string | null, number | null] {
+  return trace ? [trace.traceId, trace.spanId, trace.flags] : [null, null, null];
+}
+
 /** The carrier (`{ traceparent }`) of a row's columns, or null when the row has no trace. */
 export function fromTraceColumns(traceId: string | null | undefined, spanId: string | null | undefined, flags: number | null | undefined): Record<string, string> | null {
   if (!traceId || spanId == null) return null;

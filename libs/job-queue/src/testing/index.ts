@@ -13,8 +13,7 @@ import type { TaskName, TaskPayload } from '../service/typed-tasks';
 import { toJsonText } from '../json';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { JobClsContext } from '../worker/job-cls-context';
-import { runJob } from '../worker/run-job';
-import { addJobIn, runInJobTransaction } from '../worker/job-transaction';
+import { runAttempt } from '../worker/job-transaction';
 import type { JobContext } from '../decorators/job-context';
 
 export interface RunTaskOptions {
@@ -64,9 +63,7 @@ export async function runTask<Name extends TaskName, Result = unknown>(
     middleware: db.options.middleware,
   };
   // A transactional task gets its transaction, committed if the handler succeeds (there is no job row to complete).
-  const attempt = task.options.transaction
-    ? () => runInJobTransaction(db.dataSource, (manager) => runJob(task, job, { ...context, addJob: addJobIn(manager, context.addJob), manager }), async () => {})
-    : () => runJob(task, job, context);
+  const attempt = () => runAttempt(task, job, context, () => db.dataSource, async () => {});
   const outcome = await app.get(JobClsContext).run(attempt);
   if (!outcome.ok) throw outcome.error;
   return { result: outcome.result as Result, progress };

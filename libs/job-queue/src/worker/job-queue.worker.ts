@@ -27,8 +27,8 @@ import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
 import { ClaimConnection } from './claim-connection';
 import { JobClsContext } from './job-cls-context';
-import { addJobIn, runInJobTransaction } from './job-transaction';
-import { errorCode, errorMessage, runJob, type JobOutcome } from './run-job';
+import { runAttempt } from './job-transaction';
+import { errorCode, errorMessage, type JobOutcome } from './run-job';
 import { RunningJob } from './running-job';
 
 /** How long a transactional attempt's completion waits for the job's row lock (a caller's add_job holding it) before the attempt fails. */
@@ -152,6 +152,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     );
   }
 
+  /** Whether a completed job is kept in finished_jobs (retention.completed is not 0). */
+  private get keepsCompleted(): boolean {
+    return this.db.options.retention.completed !== 0;
+  }
+
   /** The parameters of sql releaseJobs for one batch. */
   private releaseParameters(workerId: string, { completed, failed, started, progress }: ReleaseBatch): unknown[] {
     const progressOf = new Map(progress);
@@ -167,7 +172,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       started,
       [...progressOf.keys()],
       [...progressOf.values()],
-      this.db.options.retention.completed !== 0,
+      this.keepsCompleted,
     ];
   }
 
@@ -536,18 +541,15 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
-    const signal = entry.abort.signal;
-    const middleware = this.db.options.middleware;
-    const addJob: JobContext['addJob'] = (identifier, ...args) => this.jobs.add(identifier, ...args);
+    const context = {
+      signal: entry.abort.signal,
+      addJob: ((identifier, ...args) => this.jobs.add(identifier, ...args)) as JobContext['addJob'],
+      progress,
+      middleware: this.db.options.middleware,
+    };
     const workerId = this.id;
-    const attempt = task.options.transaction
-      ? () =>
-          runInJobTransaction(
-            this.db.dataSource,
-            (manager) => runJob(task, job, { signal, addJob: addJobIn(manager, addJob), progress, middleware, manager }),
-            (manager, result) => this.completeInTransaction(manager, workerId, entry, result),
-          )
-      : () => runJob(task, job, { signal, addJob, progress, middleware });
+    const attempt = () =>
+      runAttempt(task, job, context, () => this.db.dataSource, (manager, result) => this.completeInTransaction(manager, workerId, entry, result));
     entry.done = this.telemetry.traceAttempt(job, () => this.clsContext.run(attempt)).then(
       (outcome) => {
         entry.settled();
@@ -597,20 +599,20 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const { job } = entry;
     const stopped = entry.timedOut ?? entry.cancelled;
     if (stopped) throw stopped;
-    const lost = new JobQueueError(
-      'JQ_WORKER_LOST',
-      `job ${job.id} (${job.taskIdentifier}) is no longer held by worker ${workerId} (rescued after a stall, or cancelled): its transaction was rolled back`,
-    );
-    if (entry.lost) throw lost;
+    const lost = () =>
+      new JobQueueError(
+        'JQ_WORKER_LOST',
+        `job ${job.id} (${job.taskIdentifier}) is no longer held by worker ${workerId} (rescued after a stall, or cancelled): its transaction was rolled back`,
+      );
+    if (entry.lost) throw lost();
     const progress = entry.unwrittenProgress ?? this.batcher.unwrittenProgress(job.id) ?? null;
-    const keepCompleted = this.db.options.retention.completed !== 0;
     const resultJson = this.resultJson(job, result);
     // A caller may hold the job's row (add_job replacing a keyed job) as long as its transaction
     // lasts: rather than wait, holding the handler's locks, the attempt fails and is retried.
     await manager.query(`select set_config('lock_timeout', $1, true)`, [`${COMPLETION_LOCK_TIMEOUT_MS}ms`]);
     const [row] = await this.db.run<{ completed: number; cancelled: boolean }>(
       'completeJobInTransaction',
-      [workerId, job.id, resultJson, progress, keepCompleted],
+      [workerId, job.id, resultJson, progress, this.keepsCompleted],
       manager,
     );
     if (row?.completed === 1) return;
@@ -618,7 +620,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       entry.cancel(); // a cancel its NOTIFY has not brought yet: the job ends cancelled
       throw entry.cancelled;
     }
-    throw lost;
+    throw lost();
   }
 
   /** Hands a finished run's outcome to the release batcher and reports it. */

@@ -2,7 +2,28 @@ import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import type { JobContext } from '../decorators/job-context';
 import { JobQueueError } from '../errors';
 import type { Job, JobSpec } from '../service/job';
-import type { JobOutcome } from './run-job';
+import type { RegisteredTask } from '../decorators/task-registry';
+import { runJob, type JobOutcome, type RunJobContext } from './run-job';
+
+/**
+ * Runs one attempt of `task`: its handler as it is, or, for a `transaction: true` task, inside
+ * a transaction whose manager it gets (and `ctx.addJob` joins), completed by `complete`.
+ * The worker and runTask() of the testing helpers both start attempts here.
+ */
+export function runAttempt(
+  task: RegisteredTask,
+  job: Job,
+  context: RunJobContext,
+  dataSource: () => DataSource,
+  complete: (manager: EntityManager, result: unknown) => Promise<void>,
+): Promise<JobOutcome> {
+  if (!task.options.transaction) return runJob(task, job, context);
+  return runInJobTransaction(
+    dataSource(),
+    (manager) => runJob(task, job, { ...context, addJob: addJobIn(manager, context.addJob), manager }),
+    complete,
+  );
+}
 
 /**
  * Runs one attempt of a `transaction: true` task (River's JobCompleteTx): a transaction is
@@ -15,7 +36,7 @@ import type { JobOutcome } from './run-job';
  * A commit whose reply is lost is reported as a failure: if it did commit, the job row is
  * gone, and the release of that failure finds nothing to write.
  */
-export async function runInJobTransaction(
+async function runInJobTransaction(
   dataSource: DataSource,
   run: (manager: EntityManager) => Promise<JobOutcome>,
   complete: (manager: EntityManager, result: unknown) => Promise<void>,
@@ -76,7 +97,7 @@ async function rollBackAll(runner: QueryRunner): Promise<void> {
 }
 
 /** ctx.addJob of a transactional attempt: joins its transaction unless the spec names a manager. */
-export function addJobIn(manager: EntityManager, addJob: JobContext['addJob']): JobContext['addJob'] {
+function addJobIn(manager: EntityManager, addJob: JobContext['addJob']): JobContext['addJob'] {
   const add = addJob as (identifier: string, payload?: unknown, spec?: JobSpec) => Promise<Job>;
   return ((identifier: string, payload?: unknown, spec?: JobSpec) => add(identifier, payload, { manager, ...spec })) as JobContext['addJob'];
 }
