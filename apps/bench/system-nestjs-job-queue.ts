@@ -3,7 +3,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import { JobQueueEntities, JobQueueModule, JobQueueService, JobQueueWorker, Task, type RetentionOptions } from '../../libs/job-queue/src';
+import { JobQueueEntities, JobQueueMaintenance, JobQueueModule, JobQueueService, JobQueueWorker, Task, type RetentionOptions } from '../../libs/job-queue/src';
 import type { BenchConfig } from './config';
 import { HandlerProbe } from './handler-probe';
 import { SCHEMA, settleJobsTable, TASK } from './jobs-table';
@@ -49,9 +49,10 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
   })
   class BenchModule {}
 
-  const app = await NestFactory.createApplicationContext(BenchModule, { logger: false, abortOnError: false });
+  const app = await NestFactory.createApplicationContext(BenchModule, { logger: process.env.BENCH_LOGS ? undefined : false, abortOnError: false });
   const jobs = app.get(JobQueueService);
   const worker = app.get(JobQueueWorker);
+  const maintenance = app.get(JobQueueMaintenance);
   const dataSource = app.get(DataSource);
 
   return {
@@ -65,9 +66,16 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
     },
     countJobs: async () => (await dataSource.query<Array<{ count: number }>>(`select count(*)::int as count from ${SCHEMA}.jobs`))[0].count,
     // One mode only: the worker has no batching knobs. Started and stopped per drain.
+    // With the maintenance rounds, as a worker started with its app runs them (its vacuums of jobs matter to long drains).
     startWorker: async () => {
       await worker.start();
-      return { stop: () => worker.stop() };
+      maintenance.start();
+      return {
+        stop: async () => {
+          await maintenance.stop();
+          await worker.stop();
+        },
+      };
     },
     close: () => app.close(),
   };

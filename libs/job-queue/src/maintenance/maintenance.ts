@@ -3,6 +3,7 @@ import { JobQueueDatabase } from '../module/job-queue-database';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 import { finishLeftovers } from './finisher';
 import { deleteExpiredJobs } from './history-cleaner';
+import { JobsVacuum } from './jobs-vacuum';
 import { deleteIdleQueues } from './queue-cleaner';
 import { rescueDeadWorkers } from './rescuer';
 
@@ -16,8 +17,8 @@ const QUEUE_CLEANUP_EVERY_MS = 60_000;
  * every worker process tries, each `heartbeatInterval`, to take or renew a lease that
  * expires `workerTimeout` later on the database's clock. The holder sweeps dead workers'
  * jobs (rescuer.ts), moves done jobs nobody finished to the history (finisher.ts), deletes
- * history past its retention (history-cleaner.ts) and, now and then, idle queue rows
- * (queue-cleaner.ts). A leader that
+ * history past its retention (history-cleaner.ts), now and then idle queue rows
+ * (queue-cleaner.ts), and vacuums `jobs` once enough of its rows died (jobs-vacuum.ts). A leader that
  * stalls loses the lease when it expires; its sweeps are safe to overlap with the next
  * leader's anyway. Statements run on the worker's pinned connection, so a pool full of
  * handlers cannot hold them up.
@@ -30,11 +31,14 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
   private leader = false;
   private lastQueueCleanup = 0;
   private stopped = true;
+  private readonly vacuum: JobsVacuum;
 
   constructor(
     private readonly db: JobQueueDatabase,
     private readonly worker: JobQueueWorker,
-  ) {}
+  ) {
+    this.vacuum = new JobsVacuum(worker, () => db.pool, db.options.schema, this.logger);
+  }
 
   /** Whether this process held the lease at its last try. */
   get isLeader(): boolean {
@@ -42,15 +46,26 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
   }
 
   onApplicationBootstrap(): void {
-    if (!this.db.options.worker) return;
+    if (this.db.options.worker) this.start();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.stop();
+  }
+
+  /** Starts the rounds (with the app when it runs a worker; by hand beside a worker started by hand). */
+  start(): void {
+    if (!this.stopped) return;
     this.stopped = false;
     this.schedule(0);
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
+  /** Stops the rounds and gives the lease up. */
+  async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     await this.round;
+    await this.vacuum.stop();
     if (this.leader) {
       // Let another replica take over at once rather than when the lease expires.
       await this.worker.runPinned('dropLease', [MAINTENANCE_LEASE, this.worker.workerId]).catch(() => undefined);
@@ -63,6 +78,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
     await this.round;
     this.round = this.tick(true);
     await this.round;
+    await this.vacuum.idle();
   }
 
   private schedule(delayMs: number): void {
@@ -93,6 +109,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
         await deleteIdleQueues(this.worker);
         this.lastQueueCleanup = Date.now();
       }
+      if (this.db.options.vacuumJobs) await this.vacuum.startIfDue();
     } catch (error) {
       this.worker.reportError('maintenance', error);
     }

@@ -35,6 +35,16 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
       where l.holder = excluded.holder or l.expires_at < now()
       returning l.holder`,
 
+    /**
+     * Row versions of `jobs` that died since its last vacuum (the statistics' count, about a
+     * second behind), and whether this role may VACUUM the table (its owner, or a member of
+     * the owner's role; a superuser may anything).
+     */
+    jobsVacuumState: `
+      select pg_stat_get_dead_tuples(c.oid)::float8 as dead_rows, pg_stat_get_live_tuples(c.oid)::float8 as live_rows,
+        pg_has_role(c.relowner, 'USAGE') or (select rolsuper from pg_roles where rolname = current_user) as may_vacuum
+      from pg_class c where c.oid = '${s}.jobs'::regclass`,
+
     /** $1 lease, $2 holder: lets another replica take it at once (at shutdown). */
     dropLease: `delete from ${s}.leases where name = $1 and holder = $2`,
 
