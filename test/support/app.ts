@@ -14,7 +14,19 @@ export interface TestAppOptions {
   entities?: Function[];
   jobQueue?: JobQueueModuleOptions;
   /** More options for the app's TypeORM DataSource (its own migrations, say). */
-  typeOrm?: { migrations?: Function[]; migrationsRun?: boolean; migrationsTransactionMode?: 'all' | 'none' | 'each'; extra?: Record<string, unknown> };
+  typeOrm?: {
+    migrations?: Function[];
+    migrationsRun?: boolean;
+    migrationsTransactionMode?: 'all' | 'none' | 'each';
+    extra?: Record<string, unknown>;
+    /** The server's address as separate settings, with `url: undefined`, as many apps give it. */
+    url?: undefined;
+    host?: string;
+    port?: number;
+    username?: string;
+    password?: string;
+    database?: string;
+  };
   /** Where Nest logs go (default: nowhere, or the console with TEST_LOGS set). */
   logger?: LoggerService;
   /** An HTTP app listening on a free port of 127.0.0.1 (Express), rather than an application context. */

@@ -33,6 +33,8 @@ export class JobsVacuum {
   private client?: Client;
   /** Dead rows the statistics still counted right after our last vacuum (ones it could not remove yet). */
   private leftByLast = 0;
+  /** The table's vacuums (any, autovacuum's too) counted right after our last one. */
+  private vacuumsByLast = 0;
   private refused = false;
 
   constructor(
@@ -45,12 +47,17 @@ export class JobsVacuum {
   /** Starts a vacuum in the background if enough rows died since the last one, and none is running. */
   async startIfDue(): Promise<void> {
     if (this.running || this.refused) return;
-    const [state] = await this.worker.runPinned<{ dead_rows: number; live_rows: number; may_vacuum: boolean }>('jobsVacuumState', []);
+    const [state] = await this.worker.runPinned<{ dead_rows: number; live_rows: number; vacuums: number; may_vacuum: boolean }>('jobsVacuumState', []);
     if (!state.may_vacuum) {
       this.refused = true;
       this.logger.log(`The job queue's role does not own ${this.schema}.jobs: its dead rows are left to autovacuum`);
       return;
     }
+    // What our last vacuum left (rows a long transaction still held) is not counted as died
+    // since, but only until another vacuum (autovacuum's) had its go at them: the count it
+    // left holds them and the ones that died after. Fewer than it left: pruning removed some.
+    if (state.vacuums !== this.vacuumsByLast) this.leftByLast = 0;
+    this.leftByLast = Math.min(this.leftByLast, state.dead_rows);
     const died = state.dead_rows - this.leftByLast;
     if (died < Math.max(MIN_DEAD_ROWS, MIN_DEAD_SHARE * state.live_rows)) return;
     this.running = this.vacuum().finally(() => {
@@ -75,15 +82,24 @@ export class JobsVacuum {
   }
 
   private async vacuum(): Promise<void> {
-    // The pool's own connection settings (pg's Pool makes each of its clients from them).
-    const client = new Client({ ...(this.pool().options as ClientConfig), application_name: VACUUM_APPLICATION_NAME });
+    // The pool's own connection settings (pg's Pool makes each of its clients from them). The
+    // Pool keeps the password (a string or a function) as a property of them that a spread
+    // does not copy (it hides it from logs): it is copied by name.
+    const options = this.pool().options as ClientConfig;
+    const client = new Client({ ...options, password: options.password, application_name: VACUUM_APPLICATION_NAME });
     client.on('error', () => undefined); // a connection lost mid-vacuum: the query below fails with it
     this.client = client;
     try {
       await client.connect();
       await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.schema)}.jobs`);
-      const [state] = (await client.query<{ dead_rows: number }>(`select pg_stat_get_dead_tuples('${quoteIdentifier(this.schema)}.jobs'::regclass)::float8 as dead_rows`)).rows;
+      const jobs = `'${quoteIdentifier(this.schema)}.jobs'::regclass`;
+      const [state] = (
+        await client.query<{ dead_rows: number; vacuums: number }>(
+          `select pg_stat_get_dead_tuples(${jobs})::float8 as dead_rows, (pg_stat_get_vacuum_count(${jobs}) + pg_stat_get_autovacuum_count(${jobs}))::float8 as vacuums`,
+        )
+      ).rows;
       this.leftByLast = state.dead_rows;
+      this.vacuumsByLast = state.vacuums;
     } catch (error) {
       if (this.client === client) this.worker.reportError('maintenance', error);
     } finally {

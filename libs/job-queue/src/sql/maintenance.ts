@@ -37,12 +37,18 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
 
     /**
      * Row versions of `jobs` that died since its last vacuum (the statistics' count, about a
-     * second behind), and whether this role may VACUUM the table (its owner, or a member of
-     * the owner's role; a superuser may anything).
+     * second behind), how many vacuums it had (any, autovacuum's too), and whether this role may VACUUM the table, by the server's own rule:
+     * up to PostgreSQL 16 the table's owner (or a member of the owner's role; a superuser may
+     * anything), from 17 on a role with the MAINTAIN privilege on it (the owner has it unless
+     * revoked; so has pg_maintain), and on every version the database's owner. The CASE keeps
+     * 'MAINTAIN', unknown before 17, from being evaluated there.
      */
     jobsVacuumState: `
       select pg_stat_get_dead_tuples(c.oid)::float8 as dead_rows, pg_stat_get_live_tuples(c.oid)::float8 as live_rows,
-        pg_has_role(c.relowner, 'USAGE') or (select rolsuper from pg_roles where rolname = current_user) as may_vacuum
+        (pg_stat_get_vacuum_count(c.oid) + pg_stat_get_autovacuum_count(c.oid))::float8 as vacuums,
+        case when current_setting('server_version_num')::int >= 170000 then has_table_privilege(c.oid, 'MAINTAIN')
+          else pg_has_role(c.relowner, 'USAGE') end
+        or pg_has_role((select d.datdba from pg_database d where d.datname = current_database()), 'USAGE') as may_vacuum
       from pg_class c where c.oid = '${s}.jobs'::regclass`,
 
     /** $1 lease, $2 holder: lets another replica take it at once (at shutdown). */
