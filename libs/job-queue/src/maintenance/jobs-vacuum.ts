@@ -25,7 +25,8 @@ export const VACUUM_APPLICATION_NAME = `nestjs-job-queue vacuum ${process.pid}`;
  * The vacuum runs on a short-lived connection of its own, never the pool's (handlers fill it)
  * nor the pinned one (heartbeats must not wait behind it), in the background of the
  * maintenance rounds, one at a time, with SKIP_LOCKED: it never waits for autovacuum or for a
- * migration's lock. A role that does not own `jobs` cannot vacuum it: that is logged once and
+ * migration's lock. A role that may not vacuum `jobs` (not its owner; from PostgreSQL 17, without
+ * MAINTAIN on it): that is logged once and
  * left to autovacuum. `vacuumJobs: false` turns it off.
  */
 export class JobsVacuum {
@@ -50,7 +51,7 @@ export class JobsVacuum {
     const [state] = await this.worker.runPinned<{ dead_rows: number; live_rows: number; vacuums: number; may_vacuum: boolean }>('jobsVacuumState', []);
     if (!state.may_vacuum) {
       this.refused = true;
-      this.logger.log(`The job queue's role does not own ${this.schema}.jobs: its dead rows are left to autovacuum`);
+      this.logger.log(`The job queue's role may not VACUUM ${this.schema}.jobs (it needs to own it, or MAINTAIN on PostgreSQL 17+): its dead rows are left to autovacuum`);
       return;
     }
     // What our last vacuum left (rows a long transaction still held) is not counted as died
@@ -86,11 +87,13 @@ export class JobsVacuum {
     // Pool keeps the password (a string or a function) as a property of them that a spread
     // does not copy (it hides it from logs): it is copied by name.
     const options = this.pool().options as ClientConfig;
-    const client = new Client({ ...options, password: options.password, application_name: VACUUM_APPLICATION_NAME });
+    // Timeouts the app set for its own queries do not apply: a long vacuum cut short would only start over.
+    const client = new Client({ ...options, password: options.password, application_name: VACUUM_APPLICATION_NAME, statement_timeout: undefined, query_timeout: undefined });
     client.on('error', () => undefined); // a connection lost mid-vacuum: the query below fails with it
     this.client = client;
     try {
       await client.connect();
+      await client.query(`set statement_timeout = 0; set lock_timeout = 0`); // nor what the server or the role set
       await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.schema)}.jobs`);
       const jobs = `'${quoteIdentifier(this.schema)}.jobs'::regclass`;
       const [state] = (

@@ -98,7 +98,8 @@ export interface JobQueueModuleOptions {
   /**
    * The maintenance leader VACUUMs the jobs table whenever enough of its rows died (10,000,
    * and 5 % of the live ones), so that claims do not slow down over a long drain. Default
-   * true; false leaves it to autovacuum. It needs a role that owns the table.
+   * true; false leaves it to autovacuum. It needs a role that may vacuum the table (its owner, or
+   * from PostgreSQL 17 one with MAINTAIN on it).
    */
   vacuumJobs?: boolean;
 }
