@@ -21,7 +21,7 @@ import { backoffMs, sleep } from '../backoff';
 import type { JobQueueEvent } from './events';
 import { NotifyListener } from '../module/notify-listener';
 import { poolSizeWarning } from '../module/pool-size';
-import { PrefetchSizer } from './prefetch';
+import { maxHeld, PrefetchSizer } from './prefetch';
 import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
 import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
@@ -92,6 +92,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private claimReplyLost = false;
   /** The last claim found as many candidates as it asked for: more jobs may be waiting. */
   private moreMayBeWaiting = false;
+  /** The last fetch claimed nothing because the worker holds too many unwritten releases: the next written flush wakes it. */
+  private heldBack = false;
   private registered = false;
   /** When the worker's row last proved it alive (registration or heartbeat), epoch ms. */
   private lastHeartbeatAt?: number;
@@ -144,7 +146,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       (batch) =>
         this.db
           .runPlannedEachTime<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', this.releaseParameters(workerId, batch))
-          .then(([row]) => row),
+          .then(([row]) => {
+            // Once the batcher has counted this flush written (after this step): room to claim again.
+            if (this.heldBack) setImmediate(() => void this.wake());
+            return row;
+          }),
       (error) => this.reportError('release', error),
       (cancelled) => {
         for (const { id, reason } of cancelled) this.emit({ type: 'job:cancelled', jobId: id, reason });
@@ -479,7 +485,10 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     let total = 0;
     while (!this.stopping && identifiers.length > 0) {
       const free = Math.max(0, this.db.options.concurrency - this.busySlots);
-      const room = free + this.prefetch.target - this.prefetched.length;
+      // Backpressure: what this worker holds, releases not yet written included, stays under maxHeld.
+      const headroom = maxHeld(this.db.options.concurrency) - (this.busySlots + this.prefetched.length + this.batcher.unwritten);
+      this.heldBack = headroom <= 0;
+      const room = Math.min(headroom, free + this.prefetch.target - this.prefetched.length);
       if (room <= 0) break;
       const claimedAs = this.id;
       let rows: Array<JobRow & { candidate_count: number }>;

@@ -10,6 +10,19 @@ const PREFETCH_MS = 20;
 // the claims before it.
 const MAX_FACTOR = 50;
 
+/**
+ * The most jobs a worker holds at once, per unit of concurrency: running, prefetched, and
+ * finished with their release not written yet. When releases fall behind (a slow or
+ * unreachable database, a lock on the history), the worker stops claiming rather than piling
+ * up outcomes in memory and keeping jobs that other workers could run. A drain holds about a
+ * tenth of it (two claims' worth and a flush in flight).
+ */
+const HELD_FACTOR = 200;
+
+export function maxHeld(concurrency: number): number {
+  return HELD_FACTOR * concurrency;
+}
+
 export class PrefetchSizer {
   /** Moving average of job durations, ms. Starts pessimistic: nothing is prefetched until jobs prove fast. */
   private averageMs = 1000;

@@ -142,6 +142,11 @@ export class ReleaseBatcher {
     ];
   }
 
+  /** Jobs whose release is not in the database yet (unwrittenIds().length). */
+  get unwritten(): number {
+    return this.pending + this.inFlightIds.length;
+  }
+
   get pending(): number {
     return this.completed.length + this.failed.length + this.heldUp.completed.length + this.heldUp.failed.length;
   }
