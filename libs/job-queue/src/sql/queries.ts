@@ -89,9 +89,9 @@ export function createQueries(schema: string) {
         insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags)
         select identifier, coalesce(payload::jsonb, '{}'::jsonb), queue_name, coalesce(run_at, now()),
                coalesce(max_attempts, 25), coalesce(priority, 0),
-               coalesce(array(select jsonb_array_elements_text(flags::jsonb)), '{}'), $8::uuid, $9::bigint, $10::smallint
+               case when flags is null then '{}'::text[] else array(select jsonb_array_elements_text(flags::jsonb)) end, $8::uuid, $9::bigint, $10::smallint
         from specs order by ord
-        returning ${JOB_COLUMNS.join(', ')}
+        returning id, run_at, created_at
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
       select inserted.id, inserted.run_at, inserted.created_at from inserted left join notified on true order by inserted.id`,
