@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
-import { Client, type ClientConfig, type Pool } from 'pg';
+import { Client, type ClientConfig } from 'pg';
+import type { JobQueueDatabase } from '../module/job-queue-database';
 import { quoteIdentifier } from '../sql/identifier';
 import type { JobQueueWorker } from '../worker/job-queue.worker';
 
@@ -29,6 +30,14 @@ export const VACUUM_APPLICATION_NAME = `nestjs-job-queue vacuum ${process.pid}`;
  * MAINTAIN on it): that is logged once and
  * left to autovacuum. `vacuumJobs: false` turns it off.
  */
+/** A row of sql jobsVacuumState. */
+interface VacuumState {
+  dead_rows: number;
+  live_rows: number;
+  vacuums: number;
+  may_vacuum: boolean;
+}
+
 export class JobsVacuum {
   private running?: Promise<void>;
   private client?: Client;
@@ -40,18 +49,17 @@ export class JobsVacuum {
 
   constructor(
     private readonly worker: JobQueueWorker,
-    private readonly pool: () => Pool,
-    private readonly schema: string,
+    private readonly db: JobQueueDatabase,
     private readonly logger: Logger,
   ) {}
 
   /** Starts a vacuum in the background if enough rows died since the last one, and none is running. */
   async startIfDue(): Promise<void> {
     if (this.running || this.refused) return;
-    const [state] = await this.worker.runPinned<{ dead_rows: number; live_rows: number; vacuums: number; may_vacuum: boolean }>('jobsVacuumState', []);
+    const [state] = await this.worker.runPinned<VacuumState>('jobsVacuumState', []);
     if (!state.may_vacuum) {
       this.refused = true;
-      this.logger.log(`The job queue's role may not VACUUM ${this.schema}.jobs (it needs to own it, or MAINTAIN on PostgreSQL 17+): its dead rows are left to autovacuum`);
+      this.logger.log(`The job queue's role may not VACUUM ${this.db.options.schema}.jobs (it needs to own it, or MAINTAIN on PostgreSQL 17+): its dead rows are left to autovacuum`);
       return;
     }
     // What our last vacuum left (rows a long transaction still held) is not counted as died
@@ -86,7 +94,7 @@ export class JobsVacuum {
     // The pool's own connection settings (pg's Pool makes each of its clients from them). The
     // Pool keeps the password (a string or a function) as a property of them that a spread
     // does not copy (it hides it from logs): it is copied by name.
-    const options = this.pool().options as ClientConfig;
+    const options = this.db.pool.options as ClientConfig;
     // Timeouts the app set for its own queries do not apply: a long vacuum cut short would only start over.
     const client = new Client({ ...options, password: options.password, application_name: VACUUM_APPLICATION_NAME, statement_timeout: undefined, query_timeout: undefined });
     client.on('error', () => undefined); // a connection lost mid-vacuum: the query below fails with it
@@ -94,13 +102,8 @@ export class JobsVacuum {
     try {
       await client.connect();
       await client.query(`set statement_timeout = 0; set lock_timeout = 0`); // nor what the server or the role set
-      await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.schema)}.jobs`);
-      const jobs = `'${quoteIdentifier(this.schema)}.jobs'::regclass`;
-      const [state] = (
-        await client.query<{ dead_rows: number; vacuums: number }>(
-          `select pg_stat_get_dead_tuples(${jobs})::float8 as dead_rows, (pg_stat_get_vacuum_count(${jobs}) + pg_stat_get_autovacuum_count(${jobs}))::float8 as vacuums`,
-        )
-      ).rows;
+      await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.db.options.schema)}.jobs`);
+      const [state] = await this.db.runOn<VacuumState>(client, 'jobsVacuumState', []);
       this.leftByLast = state.dead_rows;
       this.vacuumsByLast = state.vacuums;
     } catch (error) {

@@ -37,7 +37,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
     private readonly db: JobQueueDatabase,
     private readonly worker: JobQueueWorker,
   ) {
-    this.vacuum = new JobsVacuum(worker, () => db.pool, db.options.schema, this.logger);
+    this.vacuum = new JobsVacuum(worker, db, this.logger);
   }
 
   /** Whether this process held the lease at its last try. */

@@ -83,7 +83,7 @@ export class JobQueueService {
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const rows = trace
-        ? await this.db.run<JobRow>('addJobTraced', [...values, trace.traceId, trace.spanId, trace.flags], manager)
+        ? await this.db.run<JobRow>('addJobTraced', [...values, ...traceValues(trace)], manager)
         : await this.db.run<JobRow>('addJob', values, manager);
       return rows.map((row) => toJob(row));
     });

@@ -146,14 +146,14 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       (batch) =>
         this.db
           .runPlannedEachTime<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', this.releaseParameters(workerId, batch))
-          .then(([row]) => {
-            // Once the batcher has counted this flush written (after this step): room to claim again.
-            if (this.heldBack) setImmediate(() => void this.wake());
-            return row;
-          }),
+          .then(([row]) => row),
       (error) => this.reportError('release', error),
       (cancelled) => {
         for (const { id, reason } of cancelled) this.emit({ type: 'job:cancelled', jobId: id, reason });
+      },
+      // A fetch held back by unwritten releases has room again.
+      () => {
+        if (this.heldBack) void this.wake();
       },
     );
   }

@@ -43,6 +43,9 @@ export interface CancelledJob {
  */
 const START_MARK_DELAY_MS = 20;
 
+/** Milliseconds a finished job may wait to share a flush. */
+const FLUSH_DELAY_MS = 1;
+
 /**
  * How long a release held up by a row lock waits before it is tried again: at once at
  * first, since most such locks are a concurrent claim's, gone within a millisecond (a claim
@@ -83,8 +86,8 @@ export class ReleaseBatcher {
     private readonly onError: (error: unknown) => void,
     /** Told of jobs a flush wrote as cancelled: a cancel was recorded before their outcome. */
     private readonly onCancelled: (jobs: CancelledJob[]) => void = () => {},
-    /** Milliseconds a finished job may wait to share a flush. */
-    private readonly delayMs = 1,
+    /** Told after each flush, once its jobs no longer count as unwritten (landed, or given up at shutdown). */
+    private readonly onWritten: () => void = () => {},
   ) {}
 
   complete(completion: Completion): void {
@@ -161,7 +164,7 @@ export class ReleaseBatcher {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       void this.flush();
-    }, this.delayMs);
+    }, FLUSH_DELAY_MS);
   }
 
   /** Writes everything collected so far; resolves once it is in the database. */
@@ -178,6 +181,7 @@ export class ReleaseBatcher {
     } finally {
       this.inFlight = undefined;
     }
+    this.onWritten();
     if (this.completed.length + this.failed.length + this.progress.size > 0) this.schedule();
   }
 
