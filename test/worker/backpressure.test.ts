@@ -5,8 +5,8 @@ import type { Client } from 'pg';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { jobsChannel } from '../../libs/job-queue/src/sql/identifier';
 import { maxHeld } from '../../libs/job-queue/src/worker/prefetch';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { connect } from '../support/database';
 import { waitFor } from '../support/wait';
 
 const runs = new Map<string, number>();
@@ -28,23 +28,19 @@ const POLL_MS = 100;
  * goes on once its releases are written again: every job runs exactly once.
  */
 describe('backpressure from unwritten releases', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let sql: Client;
   let blocker: Client;
   let t: TestApp;
 
   before(async () => {
-    db = await createTestDatabase('backpressure');
-    t = await createTestApp({ url: db.url, providers: [QuickTasks], jobQueue: { concurrency: CONCURRENCY, pollInterval: POLL_MS } });
-    sql = await connect(db.url);
+    ({ db, sql, t } = await openTestApp('backpressure', { providers: [QuickTasks], jobQueue: { concurrency: CONCURRENCY, pollInterval: POLL_MS } }));
     blocker = await connect(db.url);
   });
   after(async () => {
     await blocker.query('rollback').catch(() => undefined);
     await blocker.end();
-    await sql.end();
-    await t.close();
-    await db.drop();
+    await closeTestApp({ db, sql, t });
   });
 
   it('holds at most maxHeld jobs while its releases are blocked, then runs the rest, each once', async () => {

@@ -3,8 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 
 interface PlanNode {
   'Node Type': string;
@@ -23,20 +22,12 @@ const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatM
  * ids, never by walking the table once per candidate (1.5-3 s a claim of 250 among 15,000).
  */
 describe('the claim on a table whose statistics say it is empty', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let db: TestDatabase;
   let sql: Client;
   let t: TestApp;
 
-  before(async () => {
-    db = await createTestDatabase('claim_plan');
-    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
-    sql = await connect(db.url);
-  });
-  after(async () => {
-    await sql.end();
-    await t.close();
-    await db.drop();
-  });
+  before(async () => ({ db, sql, t } = await openTestApp('claim_plan', { jobQueue: { worker: false, externalTasks: '*' } })));
+  after(() => closeTestApp({ db, sql, t }));
 
   it('updates the claimed jobs through the primary key, by their ids', async () => {
     // 20,000 jobs drained but one at the table's end: a vacuum leaves its pages, with reltuples about 1.
