@@ -1,6 +1,6 @@
 import { jobsChannel } from '../../libs/job-queue/src/sql/identifier';
 
-/** Our schema and the bench's one task, and what the bench does to the jobs table directly, with no library around it. */
+/** Our schema and the bench's one task (every system's, graphile-worker's too), and what the bench does to the jobs table directly, with no library around it. */
 export const SCHEMA = 'job_queue';
 export const TASK = 'bench_noop';
 

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { notifyWorkers, type Queryable } from './jobs-table';
-import { waitUntilNoJobs, type QueueUnderTest } from './suite';
+import { drainTimeoutMs, perSecond, waitUntilNoJobs, type QueueUnderTest } from './suite';
 import type { WorkerProcess } from './worker-process-handle';
 
 /** One drain by worker processes, both ways of timing it. */
@@ -43,7 +43,7 @@ export async function drainAcross(app: Db, processes: WorkerProcess[], count: nu
     const left = (await app.countJobs()).toLocaleString('en-US');
     return { ...timed, stalled: `${left} jobs still in the table a minute after every handler had started (their completions unwritten)` };
   }
-  const emptiedPerSecond = (count * 1000) / (epochNow() - go);
+  const emptiedPerSecond = perSecond(count, epochNow() - go);
   const counts = await Promise.all(processes.map((p) => p.stop()));
   const total = counts.reduce((a, b) => a + b, 0);
   if (total !== count) throw new Error(`${processes.length} worker process(es) ran ${total} jobs (${counts.join(' + ')}), expected ${count}`);
@@ -57,7 +57,7 @@ async function timeDrain(app: Db, processes: WorkerProcess[], count: number, go:
   // connections: the worker then sleeps until its first poll, pollInterval later, with every
   // job queued. The NOTIFY an add would send wakes them all once they are registered.
   await notifyWorkers(app.dataSource);
-  const deadline = Date.now() + 60_000 + count * 10; // as measureDrain's in suite.ts
+  const deadline = Date.now() + drainTimeoutMs(count);
   let nextCheck = Date.now() + LAG_CHECK_MS;
   for (;;) {
     const started = processes.reduce((sum, p) => sum + p.started, 0);
@@ -75,7 +75,7 @@ async function timeDrain(app: Db, processes: WorkerProcess[], count: number, go:
     await sleep(10); // how soon the end is noticed, not when it was: that is the processes' lastStartAt
   }
   const lastStart = Math.max(...processes.filter((p) => p.started > 0).map((p) => p.lastStartAt));
-  return { perSecond: (count * 1000) / (lastStart - go) };
+  return { perSecond: perSecond(count, lastStart - go) };
 }
 
 /** The wall clock in fractional ms, as the worker processes report their handlers' starts (worker-process.ts). */

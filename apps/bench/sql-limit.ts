@@ -5,7 +5,7 @@ import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import type { BenchConfig } from './config';
 import { insertJobs, SCHEMA, TASK } from './jobs-table';
-import type { Progress } from './suite';
+import { perSecond, type Progress } from './suite';
 
 /** The library's own statement texts, run here on plain node-pg clients. */
 const sql = createQueries(SCHEMA);
@@ -56,7 +56,7 @@ async function measureRawAdd(client: Client, count: number): Promise<number> {
     const values = [TASK, JSON.stringify({ index: i }), null, null, null, null, null, null, null, null];
     await client.query({ name: 'bench_add_job', text: sql.addJobKeyless, values });
   }
-  return (count * 1000) / (performance.now() - started);
+  return perSecond(count, performance.now() - started);
 }
 
 /**
@@ -73,7 +73,7 @@ async function measureClaimCompleteLoops(clients: Client[], claimClients: Client
   const ms = performance.now() - started;
   const total = counts.reduce((a, b) => a + b, 0);
   if (total !== config.jobs) throw new Error(`plain SQL: completed ${total} jobs, expected ${config.jobs}`);
-  return (total * 1000) / ms;
+  return perSecond(total, ms);
 }
 
 async function claimCompleteLoop(claimClient: Client, client: Client, workerId: string, batchSize: number): Promise<number> {
@@ -97,7 +97,8 @@ async function claimCompleteLoop(claimClient: Client, client: Client, workerId: 
   }
 }
 
-async function createSchema(url: string): Promise<void> {
+/** Our schema on the database at `url`, by the library's migrations (also what probes/backlog.cjs runs). */
+export async function createSchema(url: string): Promise<void> {
   const dataSource = new DataSource({ type: 'postgres', url });
   await dataSource.initialize();
   try {

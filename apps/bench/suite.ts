@@ -25,7 +25,6 @@ export interface LifecycleHooks {
   openWithoutHistory(): Promise<QueueUnderTest>;
   /** Puts `rows` completed jobs in finished_jobs, in one statement, and vacuums and analyzes it. */
   addHistory(rows: number): Promise<void>;
-  /** VACUUM of the jobs table: the dead rows an earlier drain left are gone. */
   /** Vacuums the jobs table and takes a CHECKPOINT (where allowed): every lifecycle drain starts from the same state. */
   settleTables(): Promise<void>;
 }
@@ -159,7 +158,7 @@ async function measureDrain(queue: QueueUnderTest, mode: WorkerMode, count: numb
   const started = performance.now();
   const worker = await queue.startWorker(mode);
   try {
-    await queue.probe.untilCount(count, 60_000 + count * 10);
+    await queue.probe.untilCount(count, drainTimeoutMs(count));
   } catch (error) {
     await worker.stop();
     throw error;
@@ -206,6 +205,11 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 }
 
-function perSecond(count: number, ms: number): number {
+export function perSecond(count: number, ms: number): number {
   return (count * 1000) / ms;
+}
+
+/** How long a drain of `count` jobs may take before the bench gives up on it. */
+export function drainTimeoutMs(count: number): number {
+  return 60_000 + count * 10;
 }

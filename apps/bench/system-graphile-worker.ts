@@ -4,9 +4,8 @@ import { dirname, join } from 'node:path';
 import { Pool } from 'pg';
 import type { BenchConfig } from './config';
 import { HandlerProbe } from './handler-probe';
+import { TASK } from './jobs-table';
 import type { QueueUnderTest, WorkerMode } from './suite';
-
-const TASK = 'bench_noop';
 
 /** graphile-worker on its own database: WorkerUtils for adding, a `run()` runner per drain. */
 export async function openGraphileWorker(url: string, config: BenchConfig): Promise<QueueUnderTest> {

@@ -49,6 +49,13 @@ function opened(): QueueUnderTest {
   return queue;
 }
 
+/** Stops the worker if it runs (every completion written), and with it the progress reports. */
+async function stopWorker(): Promise<void> {
+  await worker?.stop();
+  worker = undefined;
+  clearInterval(reporter);
+}
+
 async function handle(request: WorkerProcessRequest): Promise<unknown> {
   switch (request.command) {
     case 'open':
@@ -63,9 +70,7 @@ async function handle(request: WorkerProcessRequest): Promise<unknown> {
       return undefined;
     }
     case 'stop':
-      await worker?.stop();
-      worker = undefined;
-      clearInterval(reporter);
+      await stopWorker();
       reportProgress(); // the final count, ahead of this reply on the channel
       return opened().probe.started;
     case 'memory': {
@@ -75,8 +80,7 @@ async function handle(request: WorkerProcessRequest): Promise<unknown> {
       return { rss, heapUsed } satisfies MemorySample;
     }
     case 'close':
-      await worker?.stop();
-      clearInterval(reporter);
+      await stopWorker();
       await queue?.close();
       return undefined;
   }
