@@ -1,21 +1,19 @@
 // Run after `npm run build`: DATABASE_URL=postgres://…/probe N=400000 [VAC=1500] node apps/bench/probes/backlog.cjs (drops and recreates the job_queue schema of that database).
 // SQL-level probe of the backlog slowdown: claim+release loops over N jobs, timing per slice.
 const { Client } = require('pg');
-const { DataSource } = require('typeorm');
-const { JobQueueMigrations, runJobQueueMigrations } = require('../../../dist/libs/job-queue/src');
 const { createQueries } = require('../../../dist/libs/job-queue/src/sql/queries');
 const { CLAIM_SESSION_SETTINGS } = require('../../../dist/libs/job-queue/src/worker/claim-connection');
-const S = 'job_queue', TASK = 'bench_noop';
+const { SCHEMA: S, TASK, insertJobs, settleJobsTable } = require('../../../dist/apps/bench/jobs-table');
+const { createSchema } = require('../../../dist/apps/bench/sql-limit');
 const sql = createQueries(S);
 const url = process.env.DATABASE_URL;
 const N = +(process.env.N || 1000000), BATCH = +(process.env.BATCH || 250), VAC = +(process.env.VAC || 0);
 (async () => {
   const admin = new Client({ connectionString: url }); await admin.connect();
   await admin.query(`drop schema if exists ${S} cascade`);
-  const ds = new DataSource({ type: 'postgres', url }); await ds.initialize();
-  await runJobQueueMigrations(ds, S, JobQueueMigrations); await ds.destroy();
-  await admin.query(`insert into ${S}.jobs (task_identifier, payload) select $1, jsonb_build_object('index', i) from generate_series(0, $2 - 1) i`, [TASK, N]);
-  await admin.query(`vacuum analyze ${S}.jobs`); await admin.query('checkpoint');
+  await createSchema(url);
+  await insertJobs(admin, N);
+  await settleJobsTable(admin, { analyze: true });
   const claimC = new Client({ connectionString: url }); await claimC.connect(); await claimC.query(CLAIM_SESSION_SETTINGS);
   const relC = new Client({ connectionString: url }); await relC.connect();
   await relC.query({ text: sql.registerWorker, values: ['w', 20000, null, null, null] });

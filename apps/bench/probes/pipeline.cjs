@@ -1,18 +1,18 @@
 // Run after `npm run build`: DATABASE_URL=postgres://… node apps/bench/probes/pipeline.cjs (N=100000 by default).
 // Where a drain's time goes, in one process: busy time of claims and releases, their overlap, and the CPU of Node, of PostgreSQL (all its processes, via /proc) and of the claim backend.
-// Where the drain's time goes: busy intervals of claims and releases during an in-process drain.
 const { readBenchConfig } = require('../../../dist/apps/bench/config');
 const { recreateDatabase, dropDatabase } = require('../../../dist/apps/bench/database');
 const { openApp } = require('../../../dist/apps/bench/system-nestjs-job-queue');
 const { insertJobs, settleJobsTable } = require('../../../dist/apps/bench/jobs-table');
 const { JobQueueDatabase } = require('../../../dist/libs/job-queue/src/module/job-queue-database');
 const fs = require('fs');
-function pidCpu(pid) { const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8'); const f = stat.slice(stat.lastIndexOf(')') + 2).split(' '); return (+f[11] + +f[12]) * 10; }
-function pgCpu() { // ms of CPU used by all postgres processes so far (utime+stime of live ones)
-  let total = 0; const hz = 100;
+const HZ = 100; // clock ticks per second of /proc/<pid>/stat
+function statCpu(stat) { const f = stat.slice(stat.lastIndexOf(')') + 2).split(' '); return (+f[11] + +f[12]) * 1000 / HZ; } // utime+stime, ms
+function pidCpu(pid) { return statCpu(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')); }
+function pgCpu() { // ms of CPU used by all postgres processes so far (live ones)
+  let total = 0;
   for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try { const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8'); if (!stat.includes('(postgres)')) continue;
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' '); total += (+f[11] + +f[12]) * 1000 / hz; } catch {}
+    try { const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8'); if (stat.includes('(postgres)')) total += statCpu(stat); } catch {}
   }
   return total;
 }
@@ -21,8 +21,7 @@ function pgCpu() { // ms of CPU used by all postgres processes so far (utime+sti
   const url = await recreateDatabase(process.env.DATABASE_URL, 'bench_pipe_probe');
   const app = await openApp(url, config);
   const N = +(process.env.N || 100000);
-  const db = app.app ? app.app.get(JobQueueDatabase) : null;
-  // find db through dataSource-less route: openApp doesn't expose app; use require cache instance
+  // openApp does not expose the app: every JobQueueDatabase instance is timed through its prototype
   const events = [];
   const proto = JobQueueDatabase.prototype;
   const runOn = proto.runOn, planned = proto.runPlannedEachTime;
