@@ -63,7 +63,7 @@ export async function runTask<Name extends TaskName, Result = unknown>(
     middleware: db.options.middleware,
   };
   // A transactional task gets its transaction, committed if the handler succeeds (there is no job row to complete).
-  const attempt = () => runAttempt(task, job, context, () => db.dataSource, async () => {});
+  const attempt = () => runAttempt(task, job, context, db.dataSource, async () => {});
   const outcome = await app.get(JobClsContext).run(attempt);
   if (!outcome.ok) throw outcome.error;
   return { result: outcome.result as Result, progress };

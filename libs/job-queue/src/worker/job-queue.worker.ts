@@ -558,7 +558,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     };
     const workerId = this.id;
     const attempt = () =>
-      runAttempt(task, job, context, () => this.db.dataSource, (manager, result) => this.completeInTransaction(manager, workerId, entry, result));
+      runAttempt(task, job, context, this.db.dataSource, (manager, result) => this.completeInTransaction(manager, workerId, entry, result));
     entry.done = this.telemetry.traceAttempt(job, () => this.clsContext.run(attempt)).then(
       (outcome) => {
         entry.settled();

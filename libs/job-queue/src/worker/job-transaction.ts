@@ -14,12 +14,12 @@ export function runAttempt(
   task: RegisteredTask,
   job: Job,
   context: RunJobContext,
-  dataSource: () => DataSource,
+  dataSource: DataSource,
   complete: (manager: EntityManager, result: unknown) => Promise<void>,
 ): Promise<JobOutcome> {
   if (!task.options.transaction) return runJob(task, job, context);
   return runInJobTransaction(
-    dataSource(),
+    dataSource,
     (manager) => runJob(task, job, { ...context, addJob: addJobIn(manager, context.addJob), manager }),
     complete,
   );
