@@ -3,6 +3,7 @@ import { DataSource } from 'typeorm';
 import { JobQueueMigrations, runJobQueueMigrations } from '../../libs/job-queue/src';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
+import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
 import type { BenchConfig } from './config';
 import { insertJobs, SCHEMA, TASK } from './jobs-table';
 import { perSecond, type Progress } from './suite';
@@ -86,9 +87,9 @@ async function claimCompleteLoop(claimClient: Client, client: Client, workerId: 
     // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
     let ids = claimed.rows.map((row) => row.id);
     while (ids.length > 0) {
-      // the last value is keep-completed ($11): true, as a worker with the default retention passes
-      const values = [workerId, ids, ids.map(() => null), [], [], [], [], [], [], [], true];
-      const released = await client.query<{ released: number; busy: string[] }>({ text: sql.releaseJobs, values }); // unprepared, as the worker runs it
+      // keep completed jobs: true, as a worker with the default retention passes
+      const values = releaseParameters(workerId, { completed: ids.map((id) => ({ id, result: null })), failed: [], started: [], progress: new Map() }, true);
+      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values }); // prepared, as the worker runs it
       const { released: count, busy } = released.rows[0];
       if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
       done += count;

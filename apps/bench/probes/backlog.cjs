@@ -6,6 +6,8 @@ const { CLAIM_SESSION_SETTINGS } = require('../../../dist/libs/job-queue/src/wor
 const { SCHEMA: S, TASK, insertJobs, settleJobsTable } = require('../../../dist/apps/bench/jobs-table');
 const { createSchema } = require('../../../dist/apps/bench/sql-limit');
 const sql = createQueries(S);
+const { releaseParameters } = require(require('path').join(__dirname, '../../../dist/libs/job-queue/src/worker/release-parameters'));
+const release = (ids) => releaseParameters('w', { completed: ids.map((id) => ({ id, result: null })), failed: [], started: [], progress: new Map() }, true);
 const url = process.env.DATABASE_URL;
 const N = +(process.env.N || 1000000), BATCH = +(process.env.BATCH || 250), VAC = +(process.env.VAC || 0);
 (async () => {
@@ -28,7 +30,7 @@ const N = +(process.env.N || 1000000), BATCH = +(process.env.BATCH || 250), VAC 
     if (!c.rows.length) break;
     const ids = c.rows.map(r => r.id);
     t = performance.now();
-    await relC.query({ text: sql.releaseJobs, values: ['w', ids, ids.map(() => null), [], [], [], [], [], [], [], true] });
+    await relC.query({ text: sql.releaseJobs, values: release(ids) });
     relMs += performance.now() - t;
     done += ids.length;
     if (Math.floor(done / 100000) > slice) { slice = Math.floor(done / 100000); const now = performance.now();

@@ -24,9 +24,8 @@ function pgCpu() { // ms of CPU used by all postgres processes so far (live ones
   // openApp does not expose the app: every JobQueueDatabase instance is timed through its prototype
   const events = [];
   const proto = JobQueueDatabase.prototype;
-  const runOn = proto.runOn, planned = proto.runPlannedEachTime;
-  proto.runOn = async function (c, st, v) { const t = performance.now(); try { return await runOn.call(this, c, st, v); } finally { if (st === 'claimJobs') events.push(['claim', t, performance.now(), v[2]]); } };
-  proto.runPlannedEachTime = async function (st, v) { const t = performance.now(); try { return await planned.call(this, st, v); } finally { if (st === 'releaseJobs') events.push(['release', t, performance.now(), v[1].length]); } };
+  const runOn = proto.runOn;
+  proto.runOn = async function (c, st, v) { const t = performance.now(); try { return await runOn.call(this, c, st, v); } finally { if (st === 'claimJobs') events.push(['claim', t, performance.now(), v[2]]); else if (st === 'releaseJobs') events.push(['release', t, performance.now(), v[1].length]); } };
   await insertJobs(app.dataSource, N); await settleJobsTable(app.dataSource, { analyze: true });
   const t0 = performance.now(); setTimeout(async () => { const r = await app.dataSource.query(`select pid, application_name from pg_stat_activity where application_name like 'nestjs-job-queue claims%'`); global.claimPid = r[0] && r[0].pid; global.claimCpu0 = pidCpu(global.claimPid); }, 300); const cpu0 = process.cpuUsage(); const pgcpu0 = pgCpu();
   const w = await app.startWorker('default');

@@ -22,7 +22,8 @@ import type { JobQueueEvent } from './events';
 import { NotifyListener } from '../module/notify-listener';
 import { poolSizeWarning } from '../module/pool-size';
 import { maxHeld, PrefetchSizer } from './prefetch';
-import { ReleaseBatcher, type ReleaseBatch } from './release-batcher';
+import { ReleaseBatcher } from './release-batcher';
+import { releaseParameters } from './release-parameters';
 import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
 import { ClaimConnection } from './claim-connection';
@@ -140,12 +141,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private createBatcher(): ReleaseBatcher {
     const workerId = this.id;
     return new ReleaseBatcher(
-      // Planned for its values each time, never prepared: after five runs PostgreSQL would
-      // switch a prepared release to its generic plan, which walks every row the worker holds
-      // once per released id (seconds for a batch of thousands on a long backlog).
       (batch) =>
         this.db
-          .runPlannedEachTime<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', this.releaseParameters(workerId, batch))
+          .run<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', releaseParameters(workerId, batch, this.keepsCompleted))
           .then(([row]) => row),
       (error) => this.reportError('release', error),
       (cancelled) => {
@@ -161,25 +159,6 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   /** Whether a completed job is kept in finished_jobs (retention.completed is not 0). */
   private get keepsCompleted(): boolean {
     return this.db.options.retention.completed !== 0;
-  }
-
-  /** The parameters of sql releaseJobs for one batch. */
-  private releaseParameters(workerId: string, { completed, failed, started, progress }: ReleaseBatch): unknown[] {
-    const progressOf = new Map(progress);
-    for (const job of [...completed, ...failed]) if (job.progress !== undefined) progressOf.set(job.id, job.progress);
-    return [
-      workerId,
-      completed.map((c) => c.id),
-      completed.map((c) => c.result),
-      failed.map((f) => f.id),
-      failed.map((f) => f.error),
-      failed.map((f) => f.code),
-      failed.map((f) => f.delayMs),
-      started,
-      [...progressOf.keys()],
-      [...progressOf.values()],
-      this.keepsCompleted,
-    ];
   }
 
   async onApplicationBootstrap(): Promise<void> {

@@ -50,15 +50,24 @@ export async function runJob(task: RegisteredTask, job: Job, { signal, addJob, p
   }
 }
 
-/** What is kept in last_error and errors[].message: text PostgreSQL can store (no U+0000). */
+/** What is kept in last_error and errors[].message: text PostgreSQL can store. */
 export function errorMessage(error: unknown): string {
-  return describeError(error).replace(/\u0000/g, '');
+  return storableText(describeError(error));
 }
 
 /** An error's own `code`, when it is a string (JQ_JOB_TIMEOUT, an app's own), for errors[].code. */
 export function errorCode(error: unknown): string | null {
   const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code.replace(/\u0000/g, '').slice(0, 200) : null;
+  return typeof code === 'string' ? storableText(code.slice(0, 200)) : null;
+}
+
+/**
+ * Text that text and jsonb columns both take: no U+0000, and each lone UTF-16 surrogate (half
+ * of a character, as a string cut inside an emoji leaves) made U+FFFD, as encoding it to UTF-8
+ * would; in JSON it would be an escape that jsonb rejects (messages reach releaseJobs as jsonb).
+ */
+function storableText(text: string): string {
+  return text.replace(/\u0000/g, '').replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
 }
 
 function describeError(error: unknown): string {

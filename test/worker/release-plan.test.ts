@@ -1,0 +1,104 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from 'pg';
+import { createQueries } from '../../libs/job-queue/src/sql/queries';
+import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  'Actual Rows': number;
+  'Actual Loops': number;
+  Plans?: PlanNode[];
+}
+
+const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodes)];
+
+/** As PostgreSQL infers them when the pool prepares the statement with untyped parameters. */
+const PARAMETER_TYPES = ['text', 'bigint[]', 'jsonb', 'bigint[]', 'jsonb', 'bigint[]', 'bigint[]', 'jsonb', 'boolean'];
+
+/**
+ * releaseJobs runs prepared, so after five runs PostgreSQL may keep one generic plan for it,
+ * made without knowing how many ids a flush names and with whatever statistics `jobs` has.
+ * That plan must reach the named rows by their ids: a worker holds up to 200 × concurrency
+ * jobs, and a plan that walks them (jobs_locked_by_idx) once per named id took seconds.
+ */
+describe('the release as a generic plan', () => {
+  let db: TestDatabase;
+  let sql: Client;
+  let t: TestApp;
+
+  before(async () => ({ db, sql, t } = await openTestApp('release_plan', { jobQueue: { worker: false, externalTasks: '*' } })));
+  after(() => closeTestApp({ db, sql, t }));
+
+  /** A worker holding 5,000 jobs beside a backlog of 20,000; the flush completes 250, fails 100 (to be retried), marks 250 others started and 50 of those with progress. */
+  async function releaseOneFlush(statistics: 'analyzed' | 'say empty'): Promise<PlanNode> {
+    await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.workers cascade');
+    if (statistics === 'say empty') {
+      // A drained table vacuumed with one job left at its end: pages kept, reltuples about 1.
+      await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
+      await sql.query(`insert into job_queue.jobs (task_identifier, run_at) values ('work', now() + interval '1 day')`);
+      await sql.query(`delete from job_queue.jobs where run_at <= now()`);
+      await sql.query('vacuum job_queue.jobs');
+    }
+    await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
+    const { rows: held } = await sql.query<{ id: string }>(`
+      insert into job_queue.jobs (task_identifier, locked_at, locked_by, attempts)
+      select 'work', now(), 'plan-worker', 1 from generate_series(1, 5000) returning id`);
+    await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
+    if (statistics === 'analyzed') await sql.query('vacuum analyze job_queue.jobs');
+    const { rows: stats } = await sql.query(`select reltuples from pg_class where oid = 'job_queue.jobs'::regclass`);
+    if (statistics === 'say empty') assert.ok(stats[0].reltuples <= 1, `statistics of a drained table: ${JSON.stringify(stats[0])}`);
+    else assert.ok(stats[0].reltuples > 20000, JSON.stringify(stats[0]));
+
+    const ids = held.map((r) => r.id);
+    const completed = ids.slice(0, 250);
+    const started = ids.slice(250, 500);
+    const failed = ids.slice(500, 600);
+    await sql.query('deallocate all');
+    await sql.query('set plan_cache_mode = force_generic_plan');
+    await sql.query(`prepare release(${PARAMETER_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`);
+    try {
+      const batch = {
+        completed: completed.map((id) => ({ id, result: '{"sent":true}' })),
+        failed: failed.map((id) => ({ id, error: 'mail server down', code: 'ECONNREFUSED', delayMs: 60_000 })),
+        started,
+        progress: new Map(started.slice(0, 50).map((id) => [id, '{"sent":3}'])),
+      };
+      // EXPLAIN EXECUTE takes no bind parameters: the values go in as literals.
+      const literal = (value: unknown) => (Array.isArray(value) ? `'{${value.join(',')}}'` : typeof value === 'string' ? sql.escapeLiteral(value) : String(value));
+      const values = releaseParameters('plan-worker', batch, true).map(literal);
+      const { rows } = await sql.query(`explain (analyze, format json) execute release(${values.join(', ')})`);
+      return rows[0]['QUERY PLAN'][0].Plan as PlanNode;
+    } finally {
+      await sql.query('deallocate release');
+      await sql.query('reset plan_cache_mode');
+    }
+  }
+
+  for (const statistics of ['analyzed', 'say empty'] as const) {
+    it(`reads no more rows of jobs than the flush names, with statistics that ${statistics === 'analyzed' ? 'are fresh' : 'say the table is empty'}`, async () => {
+      const plan = await releaseOneFlush(statistics);
+      // 650 ids named (600 jobs): no step may handle more rows than twice that, counting each of
+      // its loops (a nested loop over a list per row, or a walk of the 5,000 jobs the worker holds, would).
+      const steps = nodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: n['Actual Rows'] * n['Actual Loops'] }));
+      assert.ok(steps.every((step) => step.rows <= 1300), `a step handled more than 1,300 rows: ${JSON.stringify(steps)}`);
+      const jobsScans = nodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
+      assert.ok(jobsScans.length >= 5 && jobsScans.every((n) => n['Index Name'] === 'jobs_pkey' || n['Node Type'] === 'Bitmap Heap Scan'), JSON.stringify(steps));
+
+      const { rows: finished } = await sql.query(`select count(*)::int as n from job_queue.finished_jobs where state = 'completed' and result = '{"sent":true}'`);
+      assert.equal(finished[0].n, 250, 'completed jobs moved to finished_jobs, with their results');
+      const { rows: marked } = await sql.query(`select count(*)::int as n from job_queue.jobs where started_at is not null`);
+      assert.equal(marked[0].n, 250 + 100, 'start marks written (and kept by the retried jobs)');
+      const { rows: retried } = await sql.query(`
+        select count(*)::int as n from job_queue.jobs
+        where locked_by is null and last_error = 'mail server down' and errors -> 0 ->> 'code' = 'ECONNREFUSED'
+          and run_at > now() + interval '59 seconds'`);
+      assert.equal(retried[0].n, 100, 'failures unlocked for their retry in a minute, with their error');
+      const { rows: progressed } = await sql.query(`select count(*)::int as n from job_queue.jobs where progress = '{"sent":3}' and locked_by = 'plan-worker'`);
+      assert.equal(progressed[0].n, 50, 'progress written');
+    });
+  }
+});
