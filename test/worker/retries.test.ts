@@ -22,6 +22,12 @@ class FlakyTasks {
     throw new Error(`nope, attempt ${ctx.job.attempts}`);
   }
 
+  /** An error whose text PostgreSQL cannot store as it is: U+0000, and half an emoji in its message and code. */
+  @Task('odd_error')
+  async oddError() {
+    throw Object.assign(new Error('bad\u0000 byte and half an emoji: \ud83d'), { code: 'E\udc00ODD' });
+  }
+
   @Task('fails_twice', { retryDelay: (attempts) => attempts * 10 })
   async failsTwice(_payload: unknown, ctx: JobContext) {
     calls.set('fails_twice', (calls.get('fails_twice') ?? 0) + 1);
@@ -105,6 +111,15 @@ describe('retries and failures', () => {
     await t.worker.runUntilIdle();
     assert.equal(calls.get('always_fails'), 3);
     assert.equal((await finishedRow(job.id)).state, 'failed');
+  });
+
+  it('an error message or code PostgreSQL cannot store as it is: U+0000 dropped, a lone surrogate made U+FFFD', async () => {
+    const job = await t.jobs.add('odd_error');
+    await t.worker.runUntilIdle();
+    const failed = await row(job.id);
+    assert.equal(failed.attempts, 1, 'the failure was written');
+    assert.equal(failed.last_error, 'bad byte and half an emoji: \ufffd');
+    assert.deepEqual(attemptErrors(failed.errors), [[1, 'bad byte and half an emoji: \ufffd', 'E\ufffdODD']]);
   });
 
   it('a task’s own retry delay replaces the backoff; success after failures moves the job to finished_jobs, completed, with the errors of its failed attempts', async () => {

@@ -19,6 +19,20 @@ export const JOB_COLUMNS = [
 const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
 
 /**
+ * What the claim returns of each job (worker/claimed-job.ts makes the Job): only what the
+ * worker does not know already, in the forms cheapest to read. Times are epoch milliseconds
+ * (a float is parsed at a fraction of the cost of a timestamptz's text), the claim's own
+ * times (locked_at, updated_at, a started_at it set) are one `claimed_at_ms`, flags are null
+ * when empty; locked_by is the worker, and cancel_requested_at is null (the claim skips
+ * cancelled jobs). Reading the 24 columns of a job row took Node 10 µs a job, half of all
+ * the JavaScript a trivial job costs.
+ */
+const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.payload, j.priority, j.attempts, j.max_attempts, j.last_error, j.key,
+  j.revision, nullif(j.flags, '{}') as flags, j.progress, j.errors, j.trace_id, j.span_id, j.trace_flags,
+  date_part('epoch', j.run_at) * 1000 as run_at_ms, date_part('epoch', j.created_at) * 1000 as created_at_ms,
+  date_part('epoch', now()) * 1000 as claimed_at_ms, j.started_at is not null as started`;
+
+/**
  * "Row `j` is held by worker `worker`", written so that no index can serve it
  * (`is not distinct from` is not indexable): a statement that names its rows by id then
  * reaches them by primary key whatever its plan. Prepared releaseJobs once took its rows
@@ -145,8 +159,8 @@ export function createQueries(schema: string) {
      * that failed for good no longer counts. So a queue whose head this worker may not run
      * (a forbidden flag, another app's task), or whose head another worker is claiming right
      * now, is left alone, and its other jobs never fill the candidates that work outside it
-     * needs. Each row also carries how many candidates there were: fewer than $3 means
-     * nothing else is waiting now.
+     * needs. Each row (CLAIMED_COLUMNS) also carries how many candidates there were: fewer
+     * than $3 means nothing else is waiting now.
      *
      * The update finds its rows by `id = any(array)`, a primary-key lookup per id whatever the
      * statistics say. Joined to the candidates instead, it was planned from the statistics,
@@ -194,7 +208,7 @@ export function createQueries(schema: string) {
       set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
           started_at = case when j.id = any((select ids[1:$5] from picked)::bigint[]) then now() end
       where j.id = any((select ids from picked)::bigint[])
-      returning ${jobColumns('j')}, (select count(*) from candidates)::int as candidate_count`,
+      returning ${CLAIMED_COLUMNS}, (select count(*) from candidates)::int as candidate_count`,
 
     /**
      * One flush of the release batches for worker $1. Only rows this worker still holds are

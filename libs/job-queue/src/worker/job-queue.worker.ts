@@ -14,7 +14,8 @@ import { TaskRegistry, type RegisteredTask } from '../decorators/task-registry';
 import { JobQueueError } from '../errors';
 import { progressToJson, toJsonText } from '../json';
 import { JobQueueDatabase, type Statement } from '../module/job-queue-database';
-import { toJob, type Job, type JobRow } from '../service/job';
+import type { Job } from '../service/job';
+import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { JobQueueService } from '../service/job-queue.service';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { backoffMs, sleep } from '../backoff';
@@ -470,7 +471,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       const room = Math.min(headroom, free + this.prefetch.target - this.prefetched.length);
       if (room <= 0) break;
       const claimedAs = this.id;
-      let rows: Array<JobRow & { candidate_count: number }>;
+      let rows: ClaimedRow[];
       try {
         const forbidden = await this.forbiddenFlags();
         rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [identifiers, forbidden, room, claimedAs, free]));
@@ -491,7 +492,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       // this process already runs or holds is not started twice: its claim was lost in a server
       // crash (claims do not wait for the disk) and this worker claimed it again.
       const held = new Set(this.prefetched.map((job) => job.id));
-      const jobs = rows.map((row) => toJob(row)).filter((job) => !this.running.has(job.id) && !held.has(job.id));
+      const jobs = rows.map((row) => toClaimedJob(row, claimedAs)).filter((job) => !this.running.has(job.id) && !held.has(job.id));
       this.prefetched.unshift(...jobs.filter((job) => job.startedAt !== null));
       this.prefetched.push(...jobs.filter((job) => job.startedAt === null));
       this.startPrefetched();

@@ -1,0 +1,69 @@
+import type { Job, JobProgress, JobRow } from '../service/job';
+import { fromTraceColumns } from '../telemetry/trace-context';
+
+/** A row of sql claimJobs (CLAIMED_COLUMNS in sql/queries.ts): times in epoch milliseconds. */
+export interface ClaimedRow {
+  id: string;
+  task_identifier: string;
+  queue_name: string | null;
+  payload: unknown;
+  priority: number;
+  attempts: number;
+  max_attempts: number;
+  last_error: string | null;
+  key: string | null;
+  revision: number;
+  /** Null when the job has none. */
+  flags: string[] | null;
+  progress: JobProgress | null;
+  errors: JobRow['errors'];
+  trace_id: string | null;
+  span_id: string | null;
+  trace_flags: number | null;
+  run_at_ms: number;
+  created_at_ms: number;
+  /** The claim's now(): the job's locked_at and updated_at, and its started_at if `started`. */
+  claimed_at_ms: number;
+  /** Claimed for a free slot (its start marked); false: prefetched. */
+  started: boolean;
+  candidate_count: number;
+}
+
+/**
+ * A time the claim sent as epoch milliseconds (a float8: date_part's seconds × 1000) as the
+ * Date that the timestamptz's text would give: its whole microseconds (the float is within a
+ * quarter of one), then the millisecond they fall in.
+ */
+const dateOf = (epochMs: number) => new Date(Math.floor(Math.round(epochMs * 1000) / 1000));
+
+/** The Job a claim of worker `workerId` returned, as toJob() would make it from the whole row. */
+export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: string): Job<Payload> {
+  const claimedAt = dateOf(row.claimed_at_ms).getTime();
+  return {
+    id: row.id,
+    state: row.started ? 'running' : 'waiting',
+    taskIdentifier: row.task_identifier,
+    queueName: row.queue_name,
+    payload: row.payload as Payload,
+    priority: row.priority,
+    runAt: dateOf(row.run_at_ms),
+    attempts: row.attempts,
+    maxAttempts: row.max_attempts,
+    lastError: row.last_error,
+    key: row.key,
+    revision: row.revision,
+    flags: row.flags ?? [],
+    lockedAt: new Date(claimedAt),
+    lockedBy: workerId,
+    createdAt: dateOf(row.created_at_ms),
+    updatedAt: new Date(claimedAt),
+    startedAt: row.started ? new Date(claimedAt) : null,
+    finishedAt: null,
+    result: null,
+    progress: row.progress,
+    errors: (row.errors ?? []).map((e) => ({ at: new Date(e.at), attempt: e.attempt, message: e.message, code: e.code ?? null })),
+    workerId,
+    cancelRequestedAt: null,
+    traceContext: fromTraceColumns(row.trace_id, row.span_id, row.trace_flags),
+  };
+}

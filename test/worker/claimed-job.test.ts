@@ -1,0 +1,54 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from 'pg';
+import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
+import { toClaimedJob, type ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+
+/**
+ * The claim returns only part of each row, times as epoch milliseconds (worker/claimed-job.ts):
+ * the Job a handler and the events get from it must be the one getJob() reads from the table.
+ */
+describe('a claimed job', () => {
+  let db: TestDatabase;
+  let sql: Client;
+  let t: TestApp;
+
+  before(async () => ({ db, sql, t } = await openTestApp('claimed_job', { jobQueue: { worker: false, externalTasks: '*' } })));
+  after(() => closeTestApp({ db, sql, t }));
+
+  it('is the job getJob() reads: started or prefetched, with every field set or left empty', async () => {
+    const full = await t.jobs.add('inspect' as never, { to: 'ada', n: [1, 2] } as never, {
+      queueName: 'mail', jobKey: 'welcome-ada', flags: ['slow', 'eu'], priority: -3, maxAttempts: 5,
+    });
+    const plain = await t.jobs.add('inspect' as never, null as never, { priority: -2 });
+    // A failed attempt before, progress, a trace, and times on and off millisecond boundaries.
+    await sql.query(
+      `update job_queue.jobs set attempts = 1, last_error = 'smtp down',
+         errors = '[{"at": "2026-01-02T03:04:05.678+00:00", "attempt": 1, "message": "smtp down", "code": "ECONNREFUSED"}]',
+         progress = '{"sent": 3}', run_at = '2026-01-02 03:04:05.999999+00', first_run_at = '2026-01-01 00:00:00+00',
+         created_at = '2025-12-31 23:59:59.000001+00', trace_id = '4bf92f35-77b3-4da8-a3c4-0e0f0b0e0a0b', span_id = -42, trace_flags = 1
+       where id = $1`,
+      [full.id],
+    );
+    await sql.query(`update job_queue.jobs set run_at = '2026-01-02 03:04:05.123+00', created_at = '2026-01-02 03:04:05+00' where id = $1`, [plain.id]);
+    await sql.query(`insert into job_queue.workers (id) values ('claimer')`);
+
+    const rows = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'claimer', 1]);
+    assert.deepEqual(rows.map((row) => [row.id, row.started]), [[full.id, true], [plain.id, false]], 'one started for the free slot, one prefetched');
+    for (const row of rows) {
+      const claimed = toClaimedJob(row, 'claimer');
+      const read = await t.jobs.getJob(row.id);
+      assert.deepEqual(claimed, read, `job ${row.id}`);
+    }
+    const started = toClaimedJob(rows[0], 'claimer');
+    assert.equal(started.state, 'running');
+    assert.equal(started.runAt.toISOString(), '2026-01-02T03:04:05.999Z');
+    assert.equal(started.createdAt.toISOString(), '2025-12-31T23:59:59.000Z');
+    assert.deepEqual(started.flags, ['slow', 'eu']);
+    assert.deepEqual(started.traceContext, { traceparent: '00-4bf92f3577b34da8a3c40e0f0b0e0a0b-ffffffffffffffd6-01' });
+    const prefetched = toClaimedJob(rows[1], 'claimer');
+    assert.deepEqual([prefetched.state, prefetched.startedAt, prefetched.flags], ['waiting', null, []]);
+    assert.equal(prefetched.runAt.toISOString(), '2026-01-02T03:04:05.123Z');
+  });
+});
