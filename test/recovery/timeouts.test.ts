@@ -10,6 +10,7 @@ import { waitFor, waitForValue } from '../support/wait';
 const ignoredRuns: Array<{ start: number; end?: number }> = [];
 let politeReasons: unknown[] = [];
 const defaultTimeoutReasons: unknown[] = [];
+const lateLooks: Array<{ aborted: boolean; reason: unknown }> = [];
 
 @Injectable()
 class TimeoutTasks {
@@ -35,6 +36,13 @@ class TimeoutTasks {
     await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
     defaultTimeoutReasons.push(ctx.signal.reason);
     throw ctx.signal.reason;
+  }
+
+  /** Looks at its signal only after its timeout (300 ms): it must find it aborted, with the timeout as its reason. */
+  @Task('looks_late', { timeout: 100, maxAttempts: 1 })
+  async looksLate(_payload: unknown, ctx: JobContext) {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    lateLooks.push({ aborted: ctx.signal.aborted, reason: ctx.signal.reason });
   }
 
   /** Finishes well within its timeout. */
@@ -67,6 +75,15 @@ describe('per-job timeouts', () => {
   /** The errors entries of a finished row, as [attempt, code, message]. */
   const attemptErrors = (row: { errors: Array<{ attempt: number; code: string | null; message: string }> }) =>
     row.errors.map((e) => [e.attempt, e.code, e.message]);
+
+  it('a handler that first reads its signal after the timeout finds it aborted, with the timeout as its reason', async () => {
+    const job = await t.jobs.add('looks_late');
+    const row = await failedRow(job.id);
+    assert.match(row.last_error, /^JQ_JOB_TIMEOUT: job \d+ \(looks_late\) ran past its timeout of 100 ms$/);
+    assert.equal(lateLooks.length, 1);
+    assert.equal(lateLooks[0].aborted, true);
+    assert.ok(isJobQueueError(lateLooks[0].reason) && lateLooks[0].reason.code === 'JQ_JOB_TIMEOUT', String(lateLooks[0].reason));
+  });
 
   it('a timeout aborts the signal with JQ_JOB_TIMEOUT, fails the attempt, retries, and finally fails the job for good', async () => {
     politeReasons = [];

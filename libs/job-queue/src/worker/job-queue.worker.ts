@@ -531,7 +531,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
     const context = {
-      signal: entry.abort.signal,
+      get signal() {
+        return entry.signal;
+      },
       addJob: ((identifier, ...args) => this.jobs.add(identifier, ...args)) as JobContext['addJob'],
       progress,
       middleware: this.db.options.middleware,
@@ -645,7 +647,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const { error } = outcome;
     // Aborted by the shutdown and settled in time: not the job's fault; stop() gives it back
     // with the attempt returned. (One kept past the give-back counts as it ended.)
-    if (this.stopping && entry.abort.signal.aborted && !entry.timedOut && !entry.kept) return;
+    if (this.stopping && entry.aborted && !entry.timedOut && !entry.kept) return;
     const message = errorMessage(error);
     if (error instanceof SnoozeJob) {
       this.batcher.fail({ id: job.id, error: message, code: error.code, delayMs: error.delayMs, progress });

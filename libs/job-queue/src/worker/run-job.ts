@@ -22,7 +22,9 @@ export interface RunJobContext {
 }
 
 /** Calls the task's handler with its payload and context; never throws. */
-export async function runJob(task: RegisteredTask, job: Job, { signal, addJob, progress, middleware = [], manager }: RunJobContext): Promise<JobOutcome> {
+export async function runJob(task: RegisteredTask, job: Job, context: RunJobContext): Promise<JobOutcome> {
+  const { addJob, progress, middleware = [], manager } = context;
+  let logger: Logger | undefined;
   const ctx: JobContext = {
     job: {
       id: job.id,
@@ -35,8 +37,13 @@ export async function runJob(task: RegisteredTask, job: Job, { signal, addJob, p
       flags: job.flags,
       createdAt: job.createdAt,
     },
-    logger: new Logger(`${job.taskIdentifier}#${job.id}`),
-    signal,
+    // Both made on first use: most handlers use neither (RunningJob.signal).
+    get logger() {
+      return (logger ??= new Logger(`${job.taskIdentifier}#${job.id}`));
+    },
+    get signal() {
+      return context.signal;
+    },
     addJob,
     progress,
     manager,

@@ -12,7 +12,6 @@ export const PROGRESS_WRITE_EVERY_MS = 1_000;
 
 /** One job whose handler this worker has started. */
 export class RunningJob {
-  readonly abort = new AbortController();
   readonly startedAt = performance.now();
   done: Promise<void> = Promise.resolve();
   /** Set when the job ran past its timeout: its outcome is this error, whatever the handler does. */
@@ -25,11 +24,28 @@ export class RunningJob {
   cancelled?: JobQueueError;
   /** Progress reported but not handed to the batcher yet (JSON text): it rides on the release. */
   unwrittenProgress?: string;
+  /** Made when the handler first reads its signal: most never do, and an AbortController was 4 % of a drain's JavaScript. */
+  private controller?: AbortController;
+  private abortedWith?: Error;
   private lastProgressWrite = -Infinity;
   private progressTimer?: NodeJS.Timeout;
   private readonly timers: NodeJS.Timeout[] = [];
 
   constructor(readonly job: Job) {}
+
+  /** The handler's `ctx.signal`: aborted (with the reason) by a timeout, a cancel or the shutdown, even if first read after. */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.abortedWith) this.controller.abort(this.abortedWith);
+    }
+    return this.controller.signal;
+  }
+
+  /** Whether its signal was aborted (read or not). */
+  get aborted(): boolean {
+    return this.abortedWith !== undefined;
+  }
 
   /** Aborts the handler's signal when `timeoutMs` is over, and reports it stuck if it ignores that. */
   setTimeout(timeoutMs: number, onStuck: (reason: 'timeout') => void): void {
@@ -46,8 +62,9 @@ export class RunningJob {
 
   /** Aborts the handler's signal with `reason`; `onStuck` runs if it has not settled STUCK_AFTER_MS later. */
   stop(reason: Error, onStuck?: () => void): void {
-    if (this.abort.signal.aborted) return; // already stopped (a timeout, then the shutdown): reported once
-    this.abort.abort(reason);
+    if (this.abortedWith) return; // already stopped (a timeout, then the shutdown): reported once
+    this.abortedWith = reason;
+    this.controller?.abort(reason);
     if (onStuck) this.timers.push(setTimeout(onStuck, STUCK_AFTER_MS));
   }
 
