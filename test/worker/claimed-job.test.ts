@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
+import { ClaimConnection } from '../../libs/job-queue/src/worker/claim-connection';
 import { toClaimedJob, type ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
-import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 
 /**
  * The claim returns only part of each row, times as epoch milliseconds (worker/claimed-job.ts):
@@ -50,5 +51,26 @@ describe('a claimed job', () => {
     const prefetched = toClaimedJob(rows[1], 'claimer');
     assert.deepEqual([prefetched.state, prefetched.startedAt, prefetched.flags], ['waiting', null, []]);
     assert.equal(prefetched.runAt.toISOString(), '2026-01-02T03:04:05.123Z');
+  });
+  it('has the times getJob() reads when the database prints floats with fewer digits (extra_float_digits = 0 set for it, or for the role)', async () => {
+    await sql.query('delete from job_queue.jobs');
+    const job = await t.jobs.add('inspect' as never, null as never, {});
+    await sql.query(`update job_queue.jobs set run_at = '2026-01-02 03:04:05.999999+00', created_at = '2026-01-02 03:04:05.999999+00' where id = $1`, [job.id]);
+    await sql.query(`insert into job_queue.workers (id) values ('digits')`);
+    await sql.query(`alter database "${db.name}" set extra_float_digits = 0`);
+    const app = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } });
+    try {
+      const database = app.app.get(JobQueueDatabase);
+      // as the worker claims: on its claim connection, with the claim's settings
+      const claims = new ClaimConnection(() => database.pool);
+      const [row] = await claims.run((client) => database.runOn<ClaimedRow>(client, 'claimJobs', [['inspect'], [], 10, 'digits', 1])).finally(() => claims.close());
+      const claimed = toClaimedJob(row, 'digits');
+      assert.equal(claimed.runAt.toISOString(), '2026-01-02T03:04:05.999Z');
+      assert.equal(claimed.createdAt.toISOString(), '2026-01-02T03:04:05.999Z');
+      assert.deepEqual(claimed, await app.jobs.getJob(job.id));
+    } finally {
+      await sql.query(`alter database "${db.name}" reset extra_float_digits`);
+      await app.close();
+    }
   });
 });
