@@ -30,7 +30,7 @@ const N = +(process.env.N || 1000000), BATCH = +(process.env.BATCH || 250), VAC 
     if (!c.rows.length) break;
     const ids = c.rows.map(r => r.id);
     t = performance.now();
-    await relC.query({ text: sql.releaseJobs, values: release(ids) });
+    await relC.query({ name: 'release', text: sql.releaseJobs, values: release(ids) });
     relMs += performance.now() - t;
     done += ids.length;
     if (Math.floor(done / 100000) > slice) { slice = Math.floor(done / 100000); const now = performance.now();

@@ -76,8 +76,8 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
 
   /**
    * Runs one statement unprepared, planned for its values each time: for statements whose
-   * best plan depends on them (a list of one task among a million finished jobs, a release
-   * of thousands of jobs), where a prepared statement's generic plan would walk the wrong index.
+   * best plan depends on them (a list of one task among a million finished jobs), where a
+   * prepared statement's generic plan would walk the wrong index.
    */
   async runPlannedEachTime<Row extends QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]> {
     return (await this.pool.query<Row>(this.sql[statement], values)).rows;

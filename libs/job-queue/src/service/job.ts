@@ -110,7 +110,7 @@ export interface JobRow {
   trace_id?: string | null;
   span_id?: string | null;
   trace_flags?: number | null;
-  /** Rows of a read (sql/lifecycle.ts) carry these; rows of add and claim do not. */
+  /** Rows of a read (sql/lifecycle.ts) carry these; rows of add do not. */
   state?: JobState;
   result?: unknown;
   finished_at?: Date | null;

@@ -1,7 +1,7 @@
 import type { Job, JobProgress, JobRow } from '../service/job';
 import { fromTraceColumns } from '../telemetry/trace-context';
 
-/** A row of sql claimJobs (CLAIMED_COLUMNS in sql/queries.ts): times in epoch milliseconds. */
+/** A row of sql claimJobs (CLAIMED_COLUMNS in sql/queries.ts): times in epoch microseconds. */
 export interface ClaimedRow {
   id: string;
   task_identifier: string;
@@ -20,25 +20,25 @@ export interface ClaimedRow {
   trace_id: string | null;
   span_id: string | null;
   trace_flags: number | null;
-  run_at_ms: number;
-  created_at_ms: number;
+  run_at_us: string | number;
+  created_at_us: string | number;
   /** The claim's now(): the job's locked_at and updated_at, and its started_at if `started`. */
-  claimed_at_ms: number;
+  claimed_at_us: string | number;
   /** Claimed for a free slot (its start marked); false: prefetched. */
   started: boolean;
   candidate_count: number;
 }
 
 /**
- * A time the claim sent as epoch milliseconds (a float8: date_part's seconds × 1000) as the
- * Date that the timestamptz's text would give: its whole microseconds (the float is within a
- * quarter of one), then the millisecond they fall in.
+ * A time the claim sent as whole epoch microseconds (an int8: a string, or a number where the
+ * app parses int8 itself) as the Date its timestamptz text gives (truncated to the millisecond).
+ * (date_part's float8 seconds are within a quarter of a microsecond, so the int8 is exact.)
  */
-const dateOf = (epochMs: number) => new Date(Math.floor(Math.round(epochMs * 1000) / 1000));
+const dateOf = (epochMicroseconds: string | number) => new Date(Math.trunc(Number(epochMicroseconds) / 1000));
 
 /** The Job a claim of worker `workerId` returned, as toJob() would make it from the whole row. */
 export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: string): Job<Payload> {
-  const claimedAt = dateOf(row.claimed_at_ms).getTime();
+  const claimedAt = dateOf(row.claimed_at_us).getTime();
   return {
     id: row.id,
     state: row.started ? 'running' : 'waiting',
@@ -46,7 +46,7 @@ export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: strin
     queueName: row.queue_name,
     payload: row.payload as Payload,
     priority: row.priority,
-    runAt: dateOf(row.run_at_ms),
+    runAt: dateOf(row.run_at_us),
     attempts: row.attempts,
     maxAttempts: row.max_attempts,
     lastError: row.last_error,
@@ -55,7 +55,7 @@ export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: strin
     flags: row.flags ?? [],
     lockedAt: new Date(claimedAt),
     lockedBy: workerId,
-    createdAt: dateOf(row.created_at_ms),
+    createdAt: dateOf(row.created_at_us),
     updatedAt: new Date(claimedAt),
     startedAt: row.started ? new Date(claimedAt) : null,
     finishedAt: null,

@@ -47,6 +47,29 @@ const START_MARK_DELAY_MS = 20;
 const FLUSH_DELAY_MS = 1;
 
 /**
+ * The most JSON text (results, error messages, progress), in characters, that one flush
+ * carries: releaseJobs takes each kind as one jsonb object, and a jsonb value holds at most
+ * 256 MiB (a character is at most 3 bytes of UTF-8). What does not fit waits for the next
+ * flush; a job larger on its own goes alone.
+ */
+const FLUSH_MAX_CHARS = 32 * 1_048_576;
+
+/** The JSON text a finished job brings to a flush, in characters (a little for its id and keys). */
+const textOf = (job: Completion | Failure) => ('result' in job ? (job.result?.length ?? 0) : job.error.length) + (job.progress?.length ?? 0) + 64;
+
+/** How many of `jobs`, from the first, fit in `room` characters (the first always, if `first`); and the room left. */
+function fitting(jobs: Array<Completion | Failure>, room: number, first: boolean): [number, number] {
+  let count = 0;
+  for (const job of jobs) {
+    const size = textOf(job);
+    if (size > room && !(first && count === 0)) break;
+    room -= size;
+    count += 1;
+  }
+  return [count, room];
+}
+
+/**
  * How long a release held up by a row lock waits before it is tried again: at once at
  * first, since most such locks are a concurrent claim's, gone within a millisecond (a claim
  * that meets a row this worker just claimed may hold it to the end of its statement); then
@@ -186,9 +209,14 @@ export class ReleaseBatcher {
   }
 
   private async writeBatch(): Promise<void> {
-    const batch: ReleaseBatch = { completed: this.completed, failed: this.failed, started: [...this.started], progress: this.progress };
-    this.completed = [];
-    this.failed = [];
+    const [completedCount, room] = fitting(this.completed, FLUSH_MAX_CHARS, true);
+    const [failedCount] = fitting(this.failed, room, completedCount === 0);
+    const batch: ReleaseBatch = {
+      completed: this.completed.splice(0, completedCount),
+      failed: this.failed.splice(0, failedCount),
+      started: [...this.started],
+      progress: this.progress,
+    };
     this.progress = new Map();
     this.started.clear();
     clearTimeout(this.startTimer);

@@ -57,9 +57,13 @@ export async function runJob(task: RegisteredTask, job: Job, context: RunJobCont
   }
 }
 
-/** What is kept in last_error and errors[].message: text PostgreSQL can store. */
+/** The longest error message kept, in characters: a flush carries its failures' messages in one jsonb (release-batcher.ts). */
+export const MAX_ERROR_MESSAGE_CHARS = 65_536;
+
+/** What is kept in last_error and errors[].message: text PostgreSQL can store, cut at MAX_ERROR_MESSAGE_CHARS. */
 export function errorMessage(error: unknown): string {
-  return storableText(describeError(error));
+  const message = describeError(error);
+  return storableText(message.length > MAX_ERROR_MESSAGE_CHARS ? `${message.slice(0, MAX_ERROR_MESSAGE_CHARS - 1)}…` : message);
 }
 
 /** An error's own `code`, when it is a string (JQ_JOB_TIMEOUT, an app's own), for errors[].code. */
