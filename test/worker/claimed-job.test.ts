@@ -73,4 +73,13 @@ describe('a claimed job', () => {
       await app.close();
     }
   });
+
+  it("has the earliest date as run_at when run_at is '-infinity' (add_job takes it), and the claim does not fail", async () => {
+    await sql.query('delete from job_queue.jobs');
+    const { rows: added } = await sql.query<{ id: string }>(`select id from job_queue.add_job('inspect', run_at => '-infinity')`);
+    await sql.query(`insert into job_queue.workers (id) values ('infinite') on conflict do nothing`);
+    const rows = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'infinite', 1]);
+    assert.deepEqual(rows.map((row) => row.id), [added[0].id]);
+    assert.equal(toClaimedJob(rows[0], 'infinite').runAt.getTime(), -8.64e15);
+  });
 });

@@ -28,7 +28,9 @@ const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${co
  * Reading the 24 columns of a job row took Node 10 µs a job, half of all the JavaScript a
  * trivial job costs.
  */
-const epochMicroseconds = (time: string) => `(date_part('epoch', ${time}) * 1000000)::int8`;
+const epochMicroseconds = (time: string) =>
+  // clamped to the range of a JS Date (±8.64e15 ms), so that '-infinity' (add_job takes it) is the earliest date rather than an int8 overflow failing every claim
+  `greatest(least(date_part('epoch', ${time}) * 1000000, 8.64e18), -8.64e18)::int8`;
 const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.payload, j.priority, j.attempts, j.max_attempts, j.last_error, j.key,
   j.revision, nullif(j.flags, '{}') as flags, j.progress, j.errors, j.trace_id, j.span_id, j.trace_flags,
   ${epochMicroseconds('j.run_at')} as run_at_us, ${epochMicroseconds('j.created_at')} as created_at_us,
