@@ -82,4 +82,16 @@ describe('a claimed job', () => {
     assert.deepEqual(rows.map((row) => row.id), [added[0].id]);
     assert.equal(toClaimedJob(rows[0], 'infinite').runAt.getTime(), -8.64e15);
   });
+
+  it('has the times getJob() reads before 1970, between milliseconds (set from SQL)', async () => {
+    await sql.query('delete from job_queue.jobs');
+    const job = await t.jobs.add('inspect' as never, null as never, {});
+    await sql.query(`update job_queue.jobs set run_at = '1969-12-31 23:59:59.9985+00', created_at = '1969-07-20 20:17:40.000001+00' where id = $1`, [job.id]);
+    await sql.query(`insert into job_queue.workers (id) values ('old-times')`);
+    const [row] = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'old-times', 1]);
+    const claimed = toClaimedJob(row, 'old-times');
+    const read = await t.jobs.getJob(job.id);
+    assert.equal(claimed.runAt.toISOString(), read!.runAt.toISOString(), 'runAt');
+    assert.equal(claimed.createdAt.toISOString(), read!.createdAt.toISOString(), 'createdAt');
+  });
 });

@@ -31,10 +31,10 @@ export interface ClaimedRow {
 
 /**
  * A time the claim sent as whole epoch microseconds (an int8: a string, or a number where the
- * app parses int8 itself) as the Date its timestamptz text gives (truncated to the millisecond).
+ * app parses int8 itself) as the Date its timestamptz text gives: the millisecond it falls in.
  * (date_part's float8 seconds are within a quarter of a microsecond, so the int8 is exact.)
  */
-const dateOf = (epochMicroseconds: string | number) => new Date(Math.trunc(Number(epochMicroseconds) / 1000));
+const dateOf = (epochMicroseconds: string | number) => new Date(Math.floor(Number(epochMicroseconds) / 1000));
 
 /** The Job a claim of worker `workerId` returned, as toJob() would make it from the whole row. */
 export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: string): Job<Payload> {

@@ -49,7 +49,8 @@ const FLUSH_DELAY_MS = 1;
 /**
  * The most JSON text (results, error messages, progress), in characters, that one flush
  * carries: releaseJobs takes each kind as one jsonb object, and a jsonb value holds at most
- * 256 MiB (a character is at most 3 bytes of UTF-8). What does not fit waits for the next
+ * 256 MiB. A character of JSON text becomes at most 6 bytes of jsonb (an array of small
+ * numbers; 3 for text), so a flush stays under 192 MiB. What does not fit waits for the next
  * flush; a job larger on its own goes alone.
  */
 const FLUSH_MAX_CHARS = 32 * 1_048_576;
@@ -190,7 +191,7 @@ export class ReleaseBatcher {
     }, FLUSH_DELAY_MS);
   }
 
-  /** Writes everything collected so far; resolves once it is in the database. */
+  /** Writes what was collected so far, up to FLUSH_MAX_CHARS (the rest is scheduled for the next flush); resolves once it is in the database. */
   async flush(): Promise<void> {
     if (this.timer) {
       clearTimeout(this.timer);
