@@ -4,6 +4,7 @@ import type { Client } from 'pg';
 import type { JobState, ListJobsOptions } from '../../libs/job-queue/src';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { planNodes, type PlanNode } from '../support/plan';
 
 const STATES: JobState[] = ['waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
 const FINISHED: JobState[] = ['completed', 'failed', 'cancelled'];
@@ -194,13 +195,6 @@ describe('listJobs and countJobs', () => {
     assert.deepEqual(await t.jobs.countJobs(), expected);
   });
 });
-
-type PlanNode = Record<string, unknown> & { Plans?: PlanNode[] };
-
-/** A statement's plan (EXPLAIN format json) as a flat list of its nodes. */
-function planNodes(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(planNodes)];
-}
 
 /** The plan's nodes on finished_jobs, in a few words each: "Index Scan Backward using finished_jobs_state_idx, 91 rows read". */
 function scansOfHistory(plan: PlanNode): string[] {

@@ -4,17 +4,7 @@ import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Index Name'?: string;
-  'Index Cond'?: string;
-  'Actual Rows'?: number;
-  Plans?: PlanNode[];
-}
-
-const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodes)];
+import { planNodes, type PlanNode } from '../support/plan';
 
 /**
  * The claim's plan when the statistics say `jobs` is empty, as they do after a vacuum of a
@@ -49,8 +39,8 @@ describe('the claim on a table whose statistics say it is empty', () => {
       assert.equal(plan['Node Type'], 'ModifyTable');
       assert.equal(plan['Actual Rows'], 250, 'jobs claimed');
       // The update's own scan of jobs (the candidates' scan of jobs_fetch_idx is in an InitPlan/CTE below it too).
-      const scans = nodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Index Name'] === 'jobs_pkey');
-      assert.equal(scans.length, 1, JSON.stringify(nodes(plan).map((n) => [n['Node Type'], n['Index Name'], n['Index Cond']])));
+      const scans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Index Name'] === 'jobs_pkey');
+      assert.equal(scans.length, 1, JSON.stringify(planNodes(plan).map((n) => [n['Node Type'], n['Index Name'], n['Index Cond']])));
       assert.match(scans[0]['Index Cond'] ?? '', /= ANY/, 'found by id = any(the picked ids)');
       assert.equal(scans[0]['Actual Rows'], 250);
     } finally {

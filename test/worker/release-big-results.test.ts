@@ -4,7 +4,7 @@ import type { Client } from 'pg';
 import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
 import { DEFAULT_MAX_JSON_BYTES } from '../../libs/job-queue/src/json';
 import { ReleaseBatcher } from '../../libs/job-queue/src/worker/release-batcher';
-import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
+import { writeReleases } from '../../libs/job-queue/src/worker/release-parameters';
 import { errorMessage, MAX_ERROR_MESSAGE_CHARS } from '../../libs/job-queue/src/worker/run-job';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 
@@ -31,11 +31,11 @@ describe('a release of many large results', () => {
     const database = t.app.get(JobQueueDatabase);
     const errors: unknown[] = [];
     let flushes = 0;
+    const write = writeReleases(database, 'big-worker', true);
     const batcher = new ReleaseBatcher(
-      async (batch) => {
+      (batch) => {
         flushes += 1;
-        const [row] = await database.run<{ busy: string[]; cancelled: [] }>('releaseJobs', releaseParameters('big-worker', batch, true));
-        return row;
+        return write(batch);
       },
       (error) => errors.push(error),
     );

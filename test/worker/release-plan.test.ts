@@ -4,19 +4,7 @@ import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Index Name'?: string;
-  'Actual Rows': number;
-  'Actual Loops': number;
-  'Rows Removed by Filter'?: number;
-  'Rows Removed by Index Recheck'?: number;
-  Plans?: PlanNode[];
-}
-
-const nodes = (plan: PlanNode): PlanNode[] => [plan, ...(plan.Plans ?? []).flatMap(nodes)];
+import { planNodes, type PlanNode } from '../support/plan';
 
 /** As PostgreSQL infers them when the pool prepares the statement with untyped parameters. */
 const PARAMETER_TYPES = ['text', 'bigint[]', 'jsonb', 'bigint[]', 'jsonb', 'bigint[]', 'bigint[]', 'jsonb', 'boolean'];
@@ -91,9 +79,9 @@ describe('the release as a generic plan', () => {
       // its loops (a nested loop over a list per row, or a walk of the 5,000 jobs the worker holds, would).
       // Rows a step read and dropped count too (EXPLAIN gives them per loop, as it does Actual Rows).
       const handled = (n: PlanNode) => (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0) + (n['Rows Removed by Index Recheck'] ?? 0)) * n['Actual Loops'];
-      const steps = nodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+      const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
       assert.ok(steps.every((step) => step.rows <= 1300), `a step handled more than 1,300 rows: ${JSON.stringify(steps)}`);
-      const jobsScans = nodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
+      const jobsScans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
       assert.ok(jobsScans.length >= 5 && jobsScans.every((n) => n['Index Name'] === 'jobs_pkey' || n['Node Type'] === 'Bitmap Heap Scan'), JSON.stringify(steps));
 
       const { rows: finished } = await sql.query(`select count(*)::int as n from job_queue.finished_jobs where state = 'completed' and result = '{"sent":true}'`);

@@ -12,6 +12,14 @@ const MIN_DEAD_SHARE = 0.05;
 /** The application_name of the vacuum's connection, as pg_stat_activity shows it. */
 export const VACUUM_APPLICATION_NAME = `nestjs-job-queue vacuum ${process.pid}`;
 
+/** A row of sql jobsVacuumState. */
+interface VacuumState {
+  dead_rows: number;
+  live_rows: number;
+  vacuums: number;
+  may_vacuum: boolean;
+}
+
 /**
  * VACUUM of `jobs` by the maintenance leader, when enough of its rows died since the last.
  *
@@ -27,17 +35,8 @@ export const VACUUM_APPLICATION_NAME = `nestjs-job-queue vacuum ${process.pid}`;
  * nor the pinned one (heartbeats must not wait behind it), in the background of the
  * maintenance rounds, one at a time, with SKIP_LOCKED: it never waits for autovacuum or for a
  * migration's lock. A role that may not vacuum `jobs` (not its owner; from PostgreSQL 17, without
- * MAINTAIN on it): that is logged once and
- * left to autovacuum. `vacuumJobs: false` turns it off.
+ * MAINTAIN on it): that is logged once and left to autovacuum. `vacuumJobs: false` turns it off.
  */
-/** A row of sql jobsVacuumState. */
-interface VacuumState {
-  dead_rows: number;
-  live_rows: number;
-  vacuums: number;
-  may_vacuum: boolean;
-}
-
 export class JobsVacuum {
   private running?: Promise<void>;
   private client?: Client;

@@ -126,6 +126,11 @@ function stateOf(row: JobRow): JobState {
   return row.run_at.getTime() > Date.now() ? 'scheduled' : 'waiting';
 }
 
+/** The `errors` column of a job row as the Job's `errors`. */
+export function attemptErrorsOf(errors: JobRow['errors']): JobAttemptError[] {
+  return (errors ?? []).map((e) => ({ at: new Date(e.at), attempt: e.attempt, message: e.message, code: e.code ?? null }));
+}
+
 export function toJob<Payload = unknown, Result = unknown>(row: JobRow): Job<Payload, Result> {
   return {
     id: String(row.id),
@@ -149,7 +154,7 @@ export function toJob<Payload = unknown, Result = unknown>(row: JobRow): Job<Pay
     finishedAt: row.finished_at ?? null,
     result: (row.result ?? null) as Result | null,
     progress: row.progress ?? null,
-    errors: (row.errors ?? []).map((e) => ({ at: new Date(e.at), attempt: e.attempt, message: e.message, code: e.code ?? null })),
+    errors: attemptErrorsOf(row.errors),
     workerId: row.worker_id !== undefined ? row.worker_id : row.locked_by,
     cancelRequestedAt: row.cancel_requested_at ?? null,
     traceContext: fromTraceColumns(row.trace_id, row.span_id, row.trace_flags),

@@ -1,4 +1,4 @@
-import type { Job, JobProgress, JobRow } from '../service/job';
+import { attemptErrorsOf, type Job, type JobProgress, type JobRow } from '../service/job';
 import { fromTraceColumns } from '../telemetry/trace-context';
 
 /** A row of sql claimJobs (CLAIMED_COLUMNS in sql/queries.ts): times in epoch microseconds. */
@@ -61,7 +61,7 @@ export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: strin
     finishedAt: null,
     result: null,
     progress: row.progress,
-    errors: (row.errors ?? []).map((e) => ({ at: new Date(e.at), attempt: e.attempt, message: e.message, code: e.code ?? null })),
+    errors: attemptErrorsOf(row.errors),
     workerId,
     cancelRequestedAt: null,
     traceContext: fromTraceColumns(row.trace_id, row.span_id, row.trace_flags),

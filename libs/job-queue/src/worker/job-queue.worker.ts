@@ -24,7 +24,7 @@ import { NotifyListener } from '../module/notify-listener';
 import { poolSizeWarning } from '../module/pool-size';
 import { maxHeld, PrefetchSizer } from './prefetch';
 import { ReleaseBatcher } from './release-batcher';
-import { releaseParameters } from './release-parameters';
+import { writeReleases } from './release-parameters';
 import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
 import { ClaimConnection } from './claim-connection';
@@ -142,10 +142,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private createBatcher(): ReleaseBatcher {
     const workerId = this.id;
     return new ReleaseBatcher(
-      (batch) =>
-        this.db
-          .run<{ busy: string[]; cancelled: Array<{ id: string; reason: string | null }> }>('releaseJobs', releaseParameters(workerId, batch, this.keepsCompleted))
-          .then(([row]) => row),
+      writeReleases(this.db, workerId, this.keepsCompleted),
       (error) => this.reportError('release', error),
       (cancelled) => {
         for (const { id, reason } of cancelled) this.emit({ type: 'job:cancelled', jobId: id, reason });
