@@ -4,6 +4,7 @@ import { createJobTablesMigration } from './1763700000000-create-job-tables';
 import { createRecoveryAndQueueOrderMigration } from './1763800000000-recovery-and-queue-order';
 import { createJobLifecycleMigration } from './1763900000000-job-lifecycle';
 import { createOperationsMigration } from './1764000000000-operations';
+import { createClaimByQueueHeadsMigration } from './1764100000000-claim-by-queue-heads';
 
 /**
  * The migrations for a schema, oldest first. The module runs them itself at startup
@@ -17,6 +18,7 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createRecoveryAndQueueOrderMigration(schema),
     createJobLifecycleMigration(schema),
     createOperationsMigration(schema),
+    createClaimByQueueHeadsMigration(schema),
   ];
 }
 

@@ -9,7 +9,7 @@ import { waitFor } from '../support/wait';
 import { connect, createTestDatabase } from '../support/database';
 
 /** Every migration, oldest first. */
-const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000'];
+const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000'];
 
 describe('migrations', () => {
   it('several app instances booting at once on an empty database migrate it once', async () => {

@@ -13,6 +13,8 @@ import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000'];
 const NEW_MIGRATION = 'Operations1764000000000';
+/** Migrations after it, which the new code runs too. */
+const LATER_MIGRATIONS = ['ClaimByQueueHeads1764100000000'];
 /** The old worker's `sleep` jobs heading two queues: they outlast the new app's boot and migration. */
 const SLEEP_MS = 4_000;
 const STAGGER_MS = 30;
@@ -121,7 +123,7 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     const { logger, logs: newLogs } = warningsLogger();
     t = await createTestApp({ url: db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200, concurrency: NEW_CONCURRENCY, forbiddenFlags: NEW_FORBIDDEN } });
     const [migrated] = await q<{ at: Date }>('select applied_at as at from job_queue.migrations where name = $1', [NEW_MIGRATION]);
-    assert.deepEqual(await migrationNames(sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);
+    assert.deepEqual(await migrationNames(sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
     assert.deepEqual(await q('select id::text, locked_by from job_queue.jobs where id = any($1::bigint[]) order by id', [sleeps]), sleeps.map((id) => ({ id, locked_by: old.workerId })), 'the old worker still ran its sleeps when the migration was done');
     const [schema] = await q(`select
       array(select table_name || '.' || column_name from information_schema.columns where table_schema = 'job_queue'

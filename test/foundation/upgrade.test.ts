@@ -10,7 +10,7 @@ import { waitFor, waitForValue } from '../support/wait';
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000'];
 const NEW_MIGRATION = 'JobLifecycle1763900000000';
 /** The migration after it, which this test applies too (upgrade-operations.test.ts tests its own upgrade). */
-const LATER_MIGRATIONS = ['Operations1764000000000'];
+const LATER_MIGRATIONS = ['Operations1764000000000', 'ClaimByQueueHeads1764100000000'];
 /** How long the old worker's two `sleep` jobs run: they must outlast the new app's boot and migration. */
 const SLEEP_MS = 4_000;
 /** The unnamed `record` jobs added before the upgrade come due one by one over this long, so that both versions run them. */
@@ -171,7 +171,7 @@ describe('upgrading a populated database while workers of the previous version r
       newColumns: ['cancel_reason', 'cancel_requested_at', 'errors', 'progress'],
       newTables: ['finished_counts', 'finished_jobs'],
       newFunctions: ['cancel_job', 'retry_jobs'],
-      jobsIndexes: ['jobs_fetch_idx', 'jobs_key_idx', 'jobs_leftover_idx', 'jobs_locked_by_idx', 'jobs_pkey', 'jobs_queue_order_idx'],
+      jobsIndexes: ['jobs_fetch_queued_idx', 'jobs_fetch_unqueued_idx', 'jobs_key_idx', 'jobs_leftover_idx', 'jobs_locked_by_idx', 'jobs_pkey', 'jobs_queue_order_idx'],
       invalidIndexes: [],
     });
     assert.deepEqual(await q(SNAPSHOT, [scheduled]), scheduledBefore, 'the migration left the waiting jobs as they were');

@@ -18,6 +18,8 @@ import type { Exit } from './worker-processes';
 export const PREVIOUS_VERSION = 'be5c87e';
 /** The last commit before migration Operations1764000000000 (it also has JobLifecycle1763900000000). */
 export const LIFECYCLE_VERSION = '38ce51d';
+/** The last commit before migration ClaimByQueueHeads1764100000000 (it also has Operations1764000000000). */
+export const OPERATIONS_VERSION = 'f2489f6';
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
 const fixtures = join(root, 'test', 'fixtures');

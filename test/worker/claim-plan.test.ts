@@ -6,12 +6,20 @@ import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-co
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { planNodes, type PlanNode } from '../support/plan';
 
+/** As PostgreSQL infers them when the claim connection prepares the statement. */
+const PARAMETER_TYPES = ['text[]', 'text[]', 'integer', 'text', 'integer'];
+const CLAIM_SIZE = 100;
+
+/** A step's rows, counting each of its loops and the rows it read and dropped. */
+const handled = (n: PlanNode) => (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0) + (n['Rows Removed by Index Recheck'] ?? 0)) * n['Actual Loops'];
+
 /**
- * The claim's plan when the statistics say `jobs` is empty, as they do after a vacuum of a
- * drained table (the maintenance leader vacuums often): jobs added since are found by their
- * ids, never by walking the table once per candidate (1.5-3 s a claim of 250 among 15,000).
+ * The claim's plan, whatever the statistics of `jobs` say and whether PostgreSQL plans it for
+ * its parameters or keeps one generic plan (the claim runs prepared): it walks the fetch
+ * indexes and stops at its limit, finds each named queue's head by an index probe, never
+ * walks a queue's backlog, and updates the claimed rows by their ids.
  */
-describe('the claim on a table whose statistics say it is empty', () => {
+describe('the claim plan', () => {
   let db: TestDatabase;
   let sql: Client;
   let t: TestApp;
@@ -19,32 +27,102 @@ describe('the claim on a table whose statistics say it is empty', () => {
   before(async () => ({ db, sql, t } = await openTestApp('claim_plan', { jobQueue: { worker: false, externalTasks: '*' } })));
   after(() => closeTestApp({ db, sql, t }));
 
-  it('updates the claimed jobs through the primary key, by their ids', async () => {
-    // 20,000 jobs drained but one at the table's end: a vacuum leaves its pages, with reltuples about 1.
-    await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
-    await sql.query(`insert into job_queue.jobs (task_identifier, run_at) values ('work', now() + interval '1 day')`);
-    await sql.query(`delete from job_queue.jobs where run_at <= now()`);
-    await sql.query('vacuum job_queue.jobs');
-    const { rows: stats } = await sql.query(`select reltuples, relpages from pg_class where oid = 'job_queue.jobs'::regclass`);
-    assert.ok(stats[0].reltuples <= 1 && stats[0].relpages > 10, `statistics of a drained table: ${JSON.stringify(stats[0])}`);
-    await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 15000)`);
-    await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
+  /** Empties the tables; with 'say empty', leaves `jobs` as a vacuum of a drained table does: pages kept, reltuples about 1. */
+  async function reset(statistics: 'analyzed' | 'say empty'): Promise<void> {
+    await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.job_queues, job_queue.workers cascade');
+    if (statistics === 'say empty') {
+      await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
+      await sql.query(`insert into job_queue.jobs (task_identifier, run_at) values ('work', now() + interval '1 day')`);
+      await sql.query(`delete from job_queue.jobs where run_at <= now()`);
+      await sql.query('vacuum job_queue.jobs');
+    }
+    await sql.query(`insert into job_queue.workers (id) values ('plan-worker'), ('other-worker')`);
+  }
 
-    const claim = createQueries('job_queue').claimJobs;
+  async function settle(statistics: 'analyzed' | 'say empty'): Promise<void> {
+    if (statistics === 'analyzed') await sql.query('vacuum analyze job_queue.jobs');
+    const { rows } = await sql.query(`select reltuples, relpages from pg_class where oid = 'job_queue.jobs'::regclass`);
+    if (statistics === 'say empty') assert.ok(rows[0].reltuples <= 1 && rows[0].relpages > 10, `statistics of a drained table: ${JSON.stringify(rows[0])}`);
+    else assert.ok(rows[0].reltuples > 1000, JSON.stringify(rows[0]));
+  }
+
+  /** One claim of CLAIM_SIZE for plan-worker, prepared, under the claim connection's settings; its plan and the ids it claimed (rolled back). */
+  async function claim(planMode: 'force_custom_plan' | 'force_generic_plan'): Promise<{ plan: PlanNode; claimed: string[] }> {
     await sql.query('begin');
     try {
       await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
-      const { rows } = await sql.query(`explain (analyze, format json) ${claim}`, [['work'], [], 250, 'plan-worker', 10]);
+      await sql.query(`set local plan_cache_mode = ${planMode}`);
+      await sql.query(`prepare claim(${PARAMETER_TYPES.join(', ')}) as ${createQueries('job_queue').claimJobs}`);
+      const { rows } = await sql.query(`explain (analyze, format json) execute claim('{work}', '{}', ${CLAIM_SIZE}, 'plan-worker', 10)`);
       const plan = rows[0]['QUERY PLAN'][0].Plan as PlanNode;
-      assert.equal(plan['Node Type'], 'ModifyTable');
-      assert.equal(plan['Actual Rows'], 250, 'jobs claimed');
-      // The update's own scan of jobs (the candidates' scan of jobs_fetch_idx is in an InitPlan/CTE below it too).
-      const scans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Index Name'] === 'jobs_pkey');
-      assert.equal(scans.length, 1, JSON.stringify(planNodes(plan).map((n) => [n['Node Type'], n['Index Name'], n['Index Cond']])));
-      assert.match(scans[0]['Index Cond'] ?? '', /= ANY/, 'found by id = any(the picked ids)');
-      assert.equal(scans[0]['Actual Rows'], 250);
+      const { rows: claimed } = await sql.query<{ id: string }>(`select id::text from job_queue.jobs where locked_by = 'plan-worker' order by priority, run_at, id`);
+      return { plan, claimed: claimed.map((r) => r.id) };
     } finally {
       await sql.query('rollback');
+      await sql.query('deallocate all'); // prepared statements outlive a rollback
     }
-  });
+  }
+
+  /** No seq scan of jobs, and every primary-key scan of it by a list of ids (a pkey walk is a seq scan in order). */
+  function assertJobsReachedByIndex(plan: PlanNode): void {
+    const scans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
+    const described = JSON.stringify(planNodes(plan).map((n) => [n['Node Type'], n['Index Name'], n['Index Cond'], handled(n)]));
+    assert.ok(scans.length > 0 && scans.every((n) => n['Node Type'].includes('Index')), `every scan of jobs uses an index: ${described}`);
+    assert.ok(
+      scans.filter((n) => n['Index Name'] === 'jobs_pkey').every((n) => /= ANY/.test(n['Index Cond'] ?? '')),
+      `jobs_pkey is only probed by id = any(ids): ${described}`,
+    );
+  }
+
+  for (const statistics of ['analyzed', 'say empty'] as const) {
+    for (const planMode of ['force_custom_plan', 'force_generic_plan'] as const) {
+      const label = `${statistics === 'analyzed' ? 'fresh statistics' : 'statistics that say jobs is empty'}, ${planMode === 'force_generic_plan' ? 'generic' : 'custom'} plan`;
+
+      it(`claims unqueued jobs by walking to the limit and updates them by id (${label})`, async () => {
+        await reset(statistics);
+        await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 15000)`);
+        await settle(statistics);
+        const { plan, claimed } = await claim(planMode);
+        assert.equal(plan['Node Type'], 'ModifyTable');
+        assert.equal(plan['Actual Rows'], CLAIM_SIZE, 'jobs claimed');
+        assert.equal(claimed.length, CLAIM_SIZE);
+        assertJobsReachedByIndex(plan);
+        const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+        assert.ok(steps.every((step) => step.rows <= 4 * CLAIM_SIZE), `a step handled more than ${4 * CLAIM_SIZE} rows: ${JSON.stringify(steps)}`);
+      });
+
+      it(`never walks a named queue's backlog: held, free and waiting-for-retry queues of 20,000 jobs ahead of the rest (${label})`, async () => {
+        await reset(statistics);
+        // Ahead of everything in fetch order: a queue whose head another worker runs, a free
+        // queue, and a queue whose head waits for its retry (its place kept by first_run_at).
+        const ahead = (minutes: number) => `now() - interval '${minutes} minutes' + g * interval '1 millisecond'`;
+        await sql.query(`insert into job_queue.jobs (task_identifier, queue_name, run_at) select 'work', 'held', ${ahead(60)} from generate_series(1, 20000) g`);
+        await sql.query(`
+          update job_queue.jobs set locked_at = now(), locked_by = 'other-worker', attempts = 1
+          where id = (select min(id) from job_queue.jobs where queue_name = 'held')`);
+        await sql.query(`insert into job_queue.job_queues (queue_name, locked_at, locked_by) values ('held', now(), 'other-worker')`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, queue_name, run_at) select 'work', 'free', ${ahead(50)} from generate_series(1, 20000) g`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, queue_name, run_at) select 'work', 'retrying', ${ahead(40)} from generate_series(1, 20000) g`);
+        await sql.query(`
+          update job_queue.jobs set attempts = 1, first_run_at = run_at, run_at = now() + interval '1 hour'
+          where id = (select min(id) from job_queue.jobs where queue_name = 'retrying')`);
+        // Behind them: unqueued jobs, and 300 small queues of one job each.
+        await sql.query(`insert into job_queue.jobs (task_identifier, run_at) select 'work', ${ahead(30)} from generate_series(1, 1000) g`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, queue_name, run_at) select 'work', 'small-' || g, ${ahead(20)} from generate_series(1, 300) g`);
+        await settle(statistics);
+
+        const { plan, claimed } = await claim(planMode);
+        assertJobsReachedByIndex(plan);
+        const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+        // A walk of the held queue's backlog alone would be 20,000 rows.
+        assert.ok(steps.every((step) => step.rows <= 8 * CLAIM_SIZE), `a step handled more than ${8 * CLAIM_SIZE} rows: ${JSON.stringify(steps)}`);
+
+        const { rows: expected } = await sql.query<{ id: string }>(`
+          select id::text from job_queue.jobs
+          where id = (select min(id) from job_queue.jobs where queue_name = 'free') or (queue_name is null and run_at <= now())
+          order by priority, run_at, id limit ${CLAIM_SIZE}`);
+        assert.deepEqual(claimed, expected.map((r) => r.id), "the free queue's head, then unqueued jobs in order; nothing of the held or the waiting queue");
+      });
+    }
+  }
 });

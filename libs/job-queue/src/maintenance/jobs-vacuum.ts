@@ -24,7 +24,7 @@ interface VacuumState {
  * VACUUM of `jobs` by the maintenance leader, when enough of its rows died since the last.
  *
  * Why: every claim turns a job's row into a new version, and every release deletes it, so a
- * drain leaves two dead versions per job. Their entries stay in `jobs_fetch_idx`, in front of
+ * drain leaves two dead versions per job. Their entries stay in the fetch indexes, in front of
  * the jobs still waiting, until a vacuum removes them, and each claim walks past all of them
  * first: over a 400,000-job drain a claim of 250 went from 5.7 to 6.9 ms (SQL alone, no
  * vacuum), and stayed at 4.7 ms with one every few seconds. Autovacuum looks at a database

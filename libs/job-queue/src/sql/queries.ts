@@ -44,6 +44,30 @@ const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.payload, j.pri
  */
 const heldBy = (j: string, worker: string) => `${j}.locked_by is not distinct from ${worker}::text`;
 
+/**
+ * How many queued jobs, per job asked for, the claim looks at in fetch order for its queues'
+ * heads before it looks up each queue's head instead (see claimJobs).
+ */
+const QUEUED_WALK_FACTOR = 2;
+
+/**
+ * The id of queue `queue`'s head: its first job by queue place among the available ones that
+ * are due or wait for a retry (so a head waiting for its retry keeps its queue waiting).
+ * Written as a first row by jobs_queue_order_idx (ordered by queue_name first, so that no
+ * other index can serve it), not as "no earlier row exists": that check took 6 ms for the
+ * head of a 100,000-job queue, the first row 10 µs.
+ */
+const queueHead = (queue: string, s: string, columns = 'e.id') => `select ${columns} from ${s}.jobs e
+          where e.queue_name = ${queue} and e.is_available and e.cancel_requested_at is null and (e.run_at <= now() or e.attempts > 0)
+          order by e.queue_name, e.priority, coalesce(e.first_run_at, e.run_at), e.id limit 1`;
+
+/** No worker holds queue `queue`. */
+const queueFree = (queue: string, s: string) => `not exists (select 1 from ${s}.job_queues q where q.queue_name = ${queue} and q.locked_at is not null)`;
+
+/** A queue head `h` this claim may take: a task of $1, none of the flags $2, no cancel asked for, its queue not held by a worker. */
+const claimableHead = (h: string, s: string) => `array_position($1::text[], ${h}.task_identifier) is not null and not (${h}.flags && $2::text[])
+          and ${h}.cancel_requested_at is null and ${queueFree(`${h}.queue_name`, s)}`;
+
 /** A field of the failure releaseJobs was given for row `j` ($5, by id), as text. */
 const failure = (j: string, field: 'message' | 'code' | 'delay_ms') => `($5::jsonb -> ${j}.id::text ->> '${field}')`;
 
@@ -166,36 +190,106 @@ export function createQueries(schema: string) {
      * needs. Each row (CLAIMED_COLUMNS) also carries how many candidates there were: fewer
      * than $3 means nothing else is waiting now.
      *
+     * Unqueued jobs and queue heads are found apart, so that no claim walks a queue's backlog:
+     * - `unqueued`: the first $3 of jobs_fetch_unqueued_idx, locked as walked (SKIP LOCKED).
+     * - `walked`, `walked_heads`: the first QUEUED_WALK_FACTOR × $3 queued jobs of
+     *   jobs_fetch_queued_idx, read without locks; the first of each queue by queue place is
+     *   its head if the queue's head lookup (queueHead) says so. Heads of free queues are
+     *   usually near the front, so this finds them for a few index probes.
+     * - `queue_names`, `enumerated_heads`: only when the walk was full and found fewer than $3
+     *   heads (its queued jobs were mostly behind held or waiting heads), every queue with an
+     *   available job is visited by a skip scan of jobs_queue_order_idx, and its head looked
+     *   up. That costs a few microseconds per queue, where walking a held queue's backlog cost
+     *   a few per job (160 ms a claim behind a queue of 100,000 jobs).
+     * - `queued`: the first $3 heads by fetch order, locked SKIP LOCKED (a head another worker
+     *   is claiming is skipped, and its queue with it: the next job of that queue is no head).
+     * - `candidates`: the first $3 of both.
+     * A walked job is a head only if it is the head: every walked job is due, so a head that
+     * waits for its retry, not walked, is still found by queueHead and blocks its queue.
+     *
      * The update finds its rows by `id = any(array)`, a primary-key lookup per id whatever the
      * statistics say. Joined to the candidates instead, it was planned from the statistics,
      * and after a vacuum of a nearly empty table (reltuples 0) the planner took jobs for empty
      * and walked the whole table once per candidate: 1.5-3 s a claim of 250 among 15,000 jobs.
      *
      * It runs on a connection of its own with CLAIM_SESSION_SETTINGS (worker/claim-connection.ts):
-     * its commit does not wait for the disk, and its plan walks jobs_fetch_idx in order and
+     * its commit does not wait for the disk, and its plan walks the fetch indexes in order and
      * stops at the limit, whatever the table's statistics say (without them, as on a table
      * just filled, the planner would read and sort every due job at each claim).
      */
     claimJobs: `
-      with candidates as materialized (
+      with recursive unqueued as materialized (
         select j.id, j.queue_name, j.priority, j.run_at
         from ${s}.jobs j
-        where j.is_available
+        where j.is_available and j.queue_name is null
           and j.run_at <= now()
           and array_position($1::text[], j.task_identifier) is not null
           and not (j.flags && $2::text[])
           and j.cancel_requested_at is null
-          and (j.queue_name is null or (
-            not exists (
-              select 1 from ${s}.job_queues q where q.queue_name = j.queue_name and q.locked_at is not null)
-            and not exists (
-              select 1 from ${s}.jobs e
-              where e.queue_name = j.queue_name and e.is_available and e.cancel_requested_at is null and (e.run_at <= now() or e.attempts > 0)
-                and (e.priority, coalesce(e.first_run_at, e.run_at), e.id) < (j.priority, coalesce(j.first_run_at, j.run_at), j.id))))
-          and exists (select 1 from ${s}.workers w where w.id = $4)
         order by j.priority, j.run_at, j.id
         limit $3
         for update of j skip locked
+      ),
+      walked as (
+        select j.id, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags, j.cancel_requested_at
+        from ${s}.jobs j
+        where j.is_available and j.queue_name is not null and j.run_at <= now() and j.cancel_requested_at is null
+        order by j.priority, j.run_at, j.id
+        limit ${QUEUED_WALK_FACTOR} * $3::int
+      ),
+      walked_heads as (
+        select h.id, h.priority, h.run_at
+        from (
+          select w.*, row_number() over (partition by w.queue_name order by w.priority, coalesce(w.first_run_at, w.run_at), w.id) as place
+          from walked w
+          order by w.priority, w.run_at, w.id
+          offset 0
+        ) h
+        where h.place = 1 and ${claimableHead('h', s)}
+          and h.id = (${queueHead('h.queue_name', s)})
+        limit $3
+      ),
+      enumerate as (
+        select (select count(*) from walked_heads) < $3 and (select count(*) from walked) = ${QUEUED_WALK_FACTOR} * $3::int as needed
+      ),
+      queue_names as (
+        (select j.queue_name from ${s}.jobs j
+         where (select needed from enumerate) and j.is_available and j.queue_name is not null
+         order by j.queue_name limit 1)
+        union all
+        select (select j.queue_name from ${s}.jobs j
+                where j.is_available and j.queue_name > n.queue_name order by j.queue_name limit 1)
+        from queue_names n where n.queue_name is not null
+      ),
+      enumerated_heads as (
+        select h.id, h.priority, h.run_at
+        from (
+          select n.queue_name from queue_names n
+          where n.queue_name is not null and ${queueFree('n.queue_name', s)}
+          offset 0
+        ) n
+        cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags, e.cancel_requested_at')}) h
+        where h.run_at <= now() and ${claimableHead('h', s)}
+      ),
+      queued as materialized (
+        select j.id, j.queue_name, j.priority, j.run_at
+        from ${s}.jobs j
+        where j.id = any(array(
+            select id from (
+              select id, priority, run_at from walked_heads where not (select needed from enumerate)
+              union all
+              select id, priority, run_at from enumerated_heads
+            ) heads
+            order by priority, run_at, id limit $3))
+          and j.is_available and j.cancel_requested_at is null
+        for update of j skip locked
+      ),
+      candidates as materialized (
+        select c.id, c.queue_name, c.priority, c.run_at
+        from (select * from unqueued union all select * from queued) c
+        where exists (select 1 from ${s}.workers w where w.id = $4)
+        order by c.priority, c.run_at, c.id
+        limit $3
       ),
       locked_queues as (
         insert into ${s}.job_queues as q (queue_name, locked_at, locked_by)
