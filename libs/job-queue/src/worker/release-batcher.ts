@@ -1,4 +1,5 @@
 import { backoffMs, sleep } from '../backoff';
+import { MAX_JSON_BYTES_LIMIT } from '../json';
 
 /** A job that succeeded: its result as JSON text (null for none), and its last progress if not written yet. */
 export interface Completion {
@@ -51,9 +52,10 @@ const FLUSH_DELAY_MS = 1;
  * carries: releaseJobs takes each kind as one jsonb object, and a jsonb value holds at most
  * 256 MiB. A character of JSON text becomes at most 6 bytes of jsonb (an array of small
  * numbers; 3 for text), so a flush stays under 192 MiB. What does not fit waits for the next
- * flush; a job larger on its own goes alone.
+ * flush; a job larger on its own goes alone, and fits too: `maxJsonBytes` is at most this
+ * (the same constant), and a result's bytes are at least its characters.
  */
-const FLUSH_MAX_CHARS = 32 * 1_048_576;
+const FLUSH_MAX_CHARS = MAX_JSON_BYTES_LIMIT;
 
 /** The JSON text a finished job brings to a flush, in characters (a little for its id and keys). */
 const textOf = (job: Completion | Failure) => ('result' in job ? (job.result?.length ?? 0) : job.error.length) + (job.progress?.length ?? 0) + 64;
