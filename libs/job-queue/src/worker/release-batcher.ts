@@ -84,7 +84,10 @@ const HELD_UP_MAX_MS = 100;
 /**
  * Collects finished jobs and writes them in batches: one statement per flush, at most one
  * flush in flight; what finishes meanwhile waits for the next flush. A failing flush is
- * retried with backoff, never dropped: the jobs stay locked by this worker until it lands.
+ * retried with backoff, never dropped while the worker runs: the jobs stay locked by this
+ * worker until it lands. At shutdown it is given up after five tries, its jobs still locked
+ * by this worker (for the sweep) and still listed by unwrittenIds(), so that the give-back
+ * leaves them alone.
  * A job whose row someone else has locked is set aside and tried again a little later,
  * so that it never holds up the others.
  */
@@ -103,6 +106,12 @@ export class ReleaseBatcher {
   private startTimer?: NodeJS.Timeout;
   private inFlight?: Promise<void>;
   private inFlightIds: string[] = [];
+  /**
+   * Jobs of flushes given up at shutdown (stop() or after retryBriefly()): not written, and
+   * never will be by this batcher. They stay in unwrittenIds(), so that the give-back leaves
+   * them locked by this worker, for the sweep; given back, a finished job would run again.
+   */
+  private dropped: string[] = [];
   /** The progress the flush in flight writes (a job completed in its own transaction takes it along). */
   private inFlightProgress = new Map<string, string>();
   private readonly stopping = new AbortController();
@@ -112,7 +121,7 @@ export class ReleaseBatcher {
     private readonly onError: (error: unknown) => void,
     /** Told of jobs a flush wrote as cancelled: a cancel was recorded before their outcome. */
     private readonly onCancelled: (jobs: CancelledJob[]) => void = () => {},
-    /** Told after each flush, once its jobs no longer count as unwritten (landed, or given up at shutdown). */
+    /** Told after each flush, once it landed or was given up at shutdown (its jobs then stay unwritten: see `dropped`). */
     private readonly onWritten: () => void = () => {},
   ) {}
 
@@ -160,7 +169,7 @@ export class ReleaseBatcher {
     }, START_MARK_DELAY_MS);
   }
 
-  /** Every job whose release is not in the database yet: collected, held up or being written. */
+  /** Every job whose release is not in the database yet: collected, held up, being written, or given up at shutdown. */
   unwrittenIds(): string[] {
     return [
       ...this.completed.map((c) => c.id),
@@ -168,12 +177,13 @@ export class ReleaseBatcher {
       ...this.heldUp.completed.map((c) => c.id),
       ...this.heldUp.failed.map((f) => f.id),
       ...this.inFlightIds,
+      ...this.dropped,
     ];
   }
 
   /** Jobs whose release is not in the database yet (unwrittenIds().length). */
   get unwritten(): number {
-    return this.pending + this.inFlightIds.length;
+    return this.pending + this.inFlightIds.length + this.dropped.length;
   }
 
   get pending(): number {
@@ -245,8 +255,12 @@ export class ReleaseBatcher {
         return;
       } catch (error) {
         this.onError(error);
-        // While shutting down, give up after a few tries: the jobs stay locked by this worker.
-        if (this.stopping.signal.aborted && attempt >= 5) return;
+        // While shutting down, give up after a few tries: the jobs stay locked by this worker
+        // (listed as dropped, so that the give-back leaves them alone), for the sweep.
+        if (this.stopping.signal.aborted && attempt >= 5) {
+          this.dropped.push(...this.inFlightIds);
+          return;
+        }
         await sleep(backoffMs(attempt), this.stopping.signal.aborted ? undefined : this.stopping.signal);
       }
     }
