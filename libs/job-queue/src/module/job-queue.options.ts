@@ -217,7 +217,7 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
       options.maxJsonBytes,
       DEFAULT_MAX_JSON_BYTES,
       MAX_JSON_BYTES_LIMIT,
-      ' (32 MiB: the most JSON one release can write)',
+      ` (${MAX_JSON_BYTES_LIMIT / 1_048_576} MiB: the most JSON one release can write)`,
     ),
   };
 }
