@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { Injectable } from '@nestjs/common';
 import { Task, type JobQueueErrorCode, type JobSpec } from '../../libs/job-queue/src';
+import { MAX_JSON_BYTES_LIMIT } from '../../libs/job-queue/src/json';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 
@@ -130,6 +131,17 @@ describe('bad input is refused with a JQ_* code before anything is written', () 
       assert.match(error.message, /^JQ_INVALID_OPTIONS: externalTasks: task identifier must be/);
       return true;
     });
+    // A result over 32 MiB might not fit the one jsonb a release writes, and would hold up every later release.
+    for (const maxJsonBytes of [MAX_JSON_BYTES_LIMIT + 1, 256 * 1_048_576]) {
+      await assert.rejects(createTestApp({ url: db.url, jobQueue: { worker: false, maxJsonBytes } }), (error: { code?: string; message: string }) => {
+        assert.equal(error.code, 'JQ_INVALID_OPTIONS');
+        assert.equal(
+          error.message,
+          `JQ_INVALID_OPTIONS: maxJsonBytes must be an integer from 1 to 33554432 (32 MiB: the most JSON one release can write), got ${maxJsonBytes}`,
+        );
+        return true;
+      });
+    }
     assert.deepEqual(await jobs(), snapshot);
   });
 });

@@ -3,6 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { JobQueueMaintenance, type JobQueueEvent } from '../../libs/job-queue/src';
 import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
+import { MAX_KEPT_ERRORS } from '../../libs/job-queue/src/sql/lifecycle';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor } from '../support/wait';
@@ -112,6 +113,29 @@ describe('the dead-worker sweep', () => {
     // the queue's next job waits behind its head's retry; the prefetched job is free to run again
     const claimed = await t.app.get(JobQueueDatabase).run<{ id: string }>('claimJobs', [['work'], [], 10, 'live', 10]);
     assert.deepEqual(claimed.map((j) => j.id), [prefetched.id], `not ${nextInQueue.id}, which waits behind its queue's head`);
+  });
+
+  it(`records the lost attempt after the latest ${MAX_KEPT_ERRORS - 1} errors a job had, whether it is retried or fails for good`, async () => {
+    await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('dead', now() - interval '1 hour')`);
+    const retried = await held('dead');
+    const lastAttempt = await held('dead', { maxAttempts: 30 });
+    // 30 earlier failures each, as a job written before errors were capped may have
+    const earlier = Array.from({ length: 30 }, (_, i) => ({ at: new Date(0).toISOString(), attempt: i + 1, message: `failure ${i + 1}`, code: null }));
+    await sql.query('update job_queue.jobs set errors = $1::jsonb, attempts = 30 where id = any($2::bigint[])', [
+      JSON.stringify(earlier),
+      [retried.id, lastAttempt.id],
+    ]);
+    await sql.query('update job_queue.jobs set max_attempts = 40 where id = $1', [retried.id]);
+
+    await maintenance.runOnce();
+    const entries = (errors: Array<{ attempt: number; message: string }>) => errors.map((e) => [e.attempt, e.message]);
+    const expected = (lost: string) => [...earlier.slice(-(MAX_KEPT_ERRORS - 1)).map((e) => [e.attempt, e.message]), [30, lost]];
+    const { rows } = await sql.query('select locked_by, last_error, errors from job_queue.jobs where id = $1', [retried.id]);
+    assert.equal(rows[0].locked_by, null, 'rescued');
+    assert.deepEqual(entries(rows[0].errors), expected(rows[0].last_error), 'retried: in jobs');
+    const failed = await finishedRow(lastAttempt.id);
+    assert.equal(failed.state, 'failed');
+    assert.deepEqual(entries(failed.errors), expected(failed.last_error), 'failed for good: in finished_jobs');
   });
 
   it('never waits on a row a caller holds: that job is released by a later sweep', async () => {

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { isJobQueueError, PermanentJobError, SnoozeJob, Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import { MAX_KEPT_ERRORS } from '../../libs/job-queue/src/sql/lifecycle';
 import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
 import { waitFor } from '../support/wait';
 
@@ -27,7 +28,17 @@ class OutcomeTasks {
     if (count(ctx) <= 2) throw new SnoozeJob(20, 'rate limited, try again shortly');
     return { sent: true };
   }
+
+  /** Snoozed SNOOZES times, each at once, then runs: more snoozes than `errors` keeps. */
+  @Task('snoozes_often', { maxAttempts: 1 })
+  snoozesOften(_payload: unknown, ctx: JobContext) {
+    const run = count(ctx);
+    if (run <= SNOOZES) throw new SnoozeJob(0, `snooze ${run}`);
+    return 'ran';
+  }
 }
+
+const SNOOZES = MAX_KEPT_ERRORS + 5;
 
 /** A handler ending its job for good, or snoozing it: the rows, the runs and the events say so. */
 describe('handler outcomes: PermanentJobError and SnoozeJob', () => {
@@ -68,6 +79,19 @@ describe('handler outcomes: PermanentJobError and SnoozeJob', () => {
     const snoozed = events.filter((e): e is Extract<JobQueueEvent, { type: 'job:snoozed' }> => e.type === 'job:snoozed' && e.job.id === job.id);
     assert.equal(snoozed.length, 2);
     assert.ok(!events.some((e) => (e.type === 'job:error' || e.type === 'job:failed') && e.job.id === job.id));
+  });
+
+  it(`a job snoozed more than ${MAX_KEPT_ERRORS} times keeps its latest ${MAX_KEPT_ERRORS} errors, in order`, async () => {
+    const job = await ctx.t.jobs.add('snoozes_often', {});
+    const messages = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `JQ_JOB_SNOOZED: snooze ${from + i}`);
+    await waitFor('the job to complete', async () => (await finishedRow(job.id))?.state === 'completed');
+    const row = await finishedRow(job.id);
+    assert.equal(runs.get(job.id), SNOOZES + 1);
+    assert.deepEqual(
+      row.errors.map((e: { code: string; message: string }) => [e.code, e.message]),
+      messages(SNOOZES - MAX_KEPT_ERRORS + 1, SNOOZES).map((message) => ['JQ_JOB_SNOOZED', message]),
+      `the latest ${MAX_KEPT_ERRORS} snoozes, oldest first (a completed job takes its errors from its row in jobs, where each snooze was recorded)`,
+    );
   });
 
   it('a snooze delay that is not a duration is refused where it is thrown', () => {

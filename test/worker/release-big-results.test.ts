@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
-import { DEFAULT_MAX_JSON_BYTES } from '../../libs/job-queue/src/json';
+import { DEFAULT_MAX_JSON_BYTES, MAX_JSON_BYTES_LIMIT, toJsonText } from '../../libs/job-queue/src/json';
 import { ReleaseBatcher } from '../../libs/job-queue/src/worker/release-batcher';
 import { writeReleases } from '../../libs/job-queue/src/worker/release-parameters';
 import { errorMessage, MAX_ERROR_MESSAGE_CHARS } from '../../libs/job-queue/src/worker/run-job';
@@ -20,7 +20,10 @@ describe('a release of many large results', () => {
   let sql: Client;
   let t: TestApp;
 
-  before(async () => ({ db, sql, t } = await openTestApp('release_big_results', { jobQueue: { worker: false, externalTasks: '*' } })));
+  before(
+    async () =>
+      ({ db, sql, t } = await openTestApp('release_big_results', { jobQueue: { worker: false, externalTasks: '*', maxJsonBytes: MAX_JSON_BYTES_LIMIT } })),
+  );
   after(() => closeTestApp({ db, sql, t }));
 
   it('writes 280 results of almost maxJsonBytes each, finished at once, and long error messages cut', async () => {
@@ -50,5 +53,28 @@ describe('a release of many large results', () => {
     assert.deepEqual(kept[0], { n: 280, len: DEFAULT_MAX_JSON_BYTES - 16 });
     const { rows: retried } = await sql.query(`select count(*)::int as n, max(length(last_error))::int as len from job_queue.jobs where locked_by is null and last_error like 'yyy%…'`);
     assert.deepEqual(retried[0], { n: 10, len: MAX_ERROR_MESSAGE_CHARS }, 'failures written, their messages cut');
+  });
+
+  it('writes a result as large as the largest maxJsonBytes allows, of the JSON that takes the most jsonb (small numbers)', async () => {
+    await sql.query(`insert into job_queue.workers (id) values ('huge-worker')`);
+    const { rows } = await sql.query<{ id: string }>(`
+      insert into job_queue.jobs (task_identifier, locked_at, locked_by, started_at, attempts)
+      values ('work', now(), 'huge-worker', now(), 1) returning id`);
+    const [{ id }] = rows;
+    const database = t.app.get(JobQueueDatabase);
+    assert.equal(database.options.maxJsonBytes, MAX_JSON_BYTES_LIMIT, 'the app starts with the largest maxJsonBytes');
+    // [1,1,…,1]: 2 characters a number, each number about 12 bytes of jsonb (6 a character, the most there is)
+    const numbers = MAX_JSON_BYTES_LIMIT / 2 - 1; // n numbers: 2n + 1 characters
+    const result = toJsonText(new Array<number>(numbers).fill(1), 'the result', database.options.maxJsonBytes, { notJson: 'JQ_RESULT_NOT_JSON', tooLarge: 'JQ_RESULT_TOO_LARGE' }, 'null');
+    assert.equal(result.length, MAX_JSON_BYTES_LIMIT - 1, 'just under the limit, and let through');
+    const errors: unknown[] = [];
+    const batcher = new ReleaseBatcher(writeReleases(database, 'huge-worker', true), (error) => errors.push(error));
+    batcher.complete({ id, result });
+    await batcher.stop();
+
+    assert.deepEqual(errors, [], 'the flush was written the first time');
+    const { rows: kept } = await sql.query(`select state, jsonb_array_length(result) as n from job_queue.finished_jobs where id = $1`, [id]);
+    assert.deepEqual(kept, [{ state: 'completed', n: numbers }]);
+    assert.equal((await sql.query('select count(*)::int as n from job_queue.jobs where id = $1', [id])).rows[0].n, 0);
   });
 });

@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
+import { MAX_KEPT_ERRORS } from '../../libs/job-queue/src/sql/lifecycle';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor } from '../support/wait';
@@ -37,7 +38,16 @@ class FlakyTasks {
     }
     return 'done';
   }
+
+  /** Fails every attempt, each retried at once but the one after PAUSE_AFTER: more failures than `errors` keeps. */
+  @Task('fails_often', { maxAttempts: MAX_KEPT_ERRORS + 5, retryDelay: (attempts) => (attempts === PAUSE_AFTER ? 3_600_000 : 0) })
+  async failsOften(_payload: unknown, ctx: JobContext) {
+    throw new Error(`failure ${ctx.job.attempts}`);
+  }
 }
+
+/** fails_often waits an hour after this many failures: the test reads its row in jobs then. */
+const PAUSE_AFTER = MAX_KEPT_ERRORS + 3;
 
 describe('retries and failures', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -111,6 +121,31 @@ describe('retries and failures', () => {
     await t.worker.runUntilIdle();
     assert.equal(calls.get('always_fails'), 3);
     assert.equal((await finishedRow(job.id)).state, 'failed');
+  });
+
+  it(`a job that fails more than ${MAX_KEPT_ERRORS} times keeps its latest ${MAX_KEPT_ERRORS} errors, in order, in jobs and in finished_jobs`, async () => {
+    const job = await t.jobs.add('fails_often');
+    /** The entries of the latest MAX_KEPT_ERRORS failures up to `last`, as attemptErrors gives them. */
+    const latest = (last: number) =>
+      Array.from({ length: MAX_KEPT_ERRORS }, (_, i) => last - MAX_KEPT_ERRORS + 1 + i).map((attempt) => [attempt, `failure ${attempt}`, null]);
+    // Each retry is due at once: runUntilIdle runs them all, but a loaded machine may return between two.
+    await waitFor(`${PAUSE_AFTER} failed attempts`, async () => {
+      await t.worker.runUntilIdle();
+      return (await row(job.id)).attempts === PAUSE_AFTER;
+    });
+    const waiting = await row(job.id);
+    assert.equal(waiting.locked_by, null);
+    assert.deepEqual(attemptErrors(waiting.errors), latest(PAUSE_AFTER), 'the retries kept the latest errors in jobs');
+
+    await t.jobs.rescheduleJobs([job.id], { runAt: new Date() });
+    await waitFor('every attempt to fail', async () => {
+      await t.worker.runUntilIdle();
+      return (await finishedRow(job.id)) !== undefined;
+    });
+    const last = await finishedRow(job.id);
+    const attempts = MAX_KEPT_ERRORS + 5;
+    assert.deepEqual([last.state, last.attempts, last.last_error], ['failed', attempts, `failure ${attempts}`]);
+    assert.deepEqual(attemptErrors(last.errors), latest(attempts), 'the last failure appended, the oldest ones dropped');
   });
 
   it('an error message or code PostgreSQL cannot store as it is: U+0000 dropped, a lone surrogate made U+FFFD', async () => {

@@ -4,6 +4,16 @@ import { JobQueueError, type JobQueueErrorCode } from './errors';
 export const DEFAULT_MAX_JSON_BYTES = 1_048_576;
 
 /**
+ * The largest `maxJsonBytes` allowed (32 MiB), and the most JSON text, in characters, that one
+ * release flush carries (`FLUSH_MAX_CHARS` in worker/release-batcher.ts). One number for
+ * both: a result over the flush's cap goes alone in its flush, and must still fit one jsonb
+ * value (256 MiB); a result of at most this many bytes has at most this many characters, so it
+ * does. A larger limit let a result through that no flush could write, and that flush, first
+ * in line, held up every later release of the worker for ever.
+ */
+export const MAX_JSON_BYTES_LIMIT = 32 * 1_048_576;
+
+/**
  * A value as the JSON text a jsonb column stores, refusing what JSON cannot carry (circular
  * structures, BigInt, a function), what jsonb refuses (the character U+0000), and text over
  * `maxBytes` bytes: `notJson` or `tooLarge` errors, naming `what`. `undefined` is `ifUndefined`.

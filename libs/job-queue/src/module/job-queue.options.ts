@@ -1,6 +1,6 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
 import { checkDuration, DAY_MS } from '../duration';
-import { DEFAULT_MAX_JSON_BYTES } from '../json';
+import { DEFAULT_MAX_JSON_BYTES, MAX_JSON_BYTES_LIMIT } from '../json';
 import { JobQueueError } from '../errors';
 import { validateTaskIdentifier } from '../service/validate-job-spec';
 import { validateSchemaName } from '../sql/identifier';
@@ -85,7 +85,7 @@ export interface JobQueueModuleOptions {
    * failed and cancelled 7d.
    */
   retention?: RetentionOptions;
-  /** The largest payload (at add) and result (a handler's return value), in bytes of JSON. Default 1 MiB. */
+  /** The largest payload (at add) and result (a handler's return value), in bytes of JSON. Default 1 MiB, at most 32 MiB (MAX_JSON_BYTES_LIMIT). */
   maxJsonBytes?: number;
   /**
    * OpenTelemetry traces and metrics through `@opentelemetry/api`, when the app has that
@@ -141,10 +141,11 @@ function resolveRetention(options: unknown): Retention {
   return { completed: one('completed'), failed: one('failed'), cancelled: one('cancelled') };
 }
 
-function positiveInteger(name: string, value: unknown, fallback: number, max: number): number {
+/** An integer option from 1 to `max`, or `fallback` when it is not set; `why` says where `max` comes from. */
+function positiveInteger(name: string, value: unknown, fallback: number, max: number, why = ''): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
-    throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be an integer from 1 to ${max}, got ${String(value)}`);
+    throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be an integer from 1 to ${max}${why}, got ${String(value)}`);
   }
   return value;
 }
@@ -211,6 +212,12 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
     crontab,
     externalTasks: externalTasks === '*' ? '*' : new Set(externalTasks),
     retention: resolveRetention(options.retention),
-    maxJsonBytes: positiveInteger('maxJsonBytes', options.maxJsonBytes, DEFAULT_MAX_JSON_BYTES, 256 * 1_048_576),
+    maxJsonBytes: positiveInteger(
+      'maxJsonBytes',
+      options.maxJsonBytes,
+      DEFAULT_MAX_JSON_BYTES,
+      MAX_JSON_BYTES_LIMIT,
+      ` (${MAX_JSON_BYTES_LIMIT / 1_048_576} MiB: the most JSON one release can write)`,
+    ),
   };
 }

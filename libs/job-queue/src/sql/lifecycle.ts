@@ -70,6 +70,18 @@ export function keepFinished(
     ${columns.where ? `where ${columns.where}` : ''}`;
 }
 
+/** How many entries a job's `errors` keeps: the latest, one per failed attempt or snooze. */
+export const MAX_KEPT_ERRORS = 25;
+
+/**
+ * The jsonb array `errors` (null for none) with `entry` appended, keeping only its latest
+ * MAX_KEPT_ERRORS entries in order: a job snoozed or retried without end would otherwise grow
+ * its row, and every read and release of it, without end. Every statement that records an
+ * attempt's error uses it.
+ */
+export const withError = (errors: string, entry: string) =>
+  `jsonb_path_query_array(coalesce(${errors}, '[]'::jsonb) || ${entry}, '$[last - ${MAX_KEPT_ERRORS - 1} to last]')`;
+
 /** The last error of a cancelled job, from the row `r`. */
 export const cancelledError = (r: string) => `'JQ_JOB_CANCELLED: ' || coalesce(${r}.cancel_reason, 'cancelled')`;
 

@@ -1,4 +1,4 @@
-import { cancelledError, keepFinished, tellFinished } from './lifecycle';
+import { cancelledError, keepFinished, tellFinished, withError } from './lifecycle';
 
 /**
  * The statements of the cluster's upkeep (maintenance/): the leader's lease, the sweep
@@ -19,7 +19,7 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
   /** The error of an attempt a dead worker was running, for its row `r` and the lost row `l` (worker_id). */
   const lostError = (l: string) => `'JQ_WORKER_LOST: worker ' || ${l}.worker_id || ' stopped heartbeating while it ran the job'`;
   const withLostAttempt = (j: string, l: string) =>
-    `coalesce(${j}.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', ${j}.attempts, 'code', 'JQ_WORKER_LOST', 'message', ${lostError(l)})`;
+    withError(`${j}.errors`, `jsonb_build_object('at', now(), 'attempt', ${j}.attempts, 'code', 'JQ_WORKER_LOST', 'message', ${lostError(l)})`);
   const isOrphaned = (alias: string) =>
     `(${alias}.locked_at < now() - $2 * interval '1 millisecond' and not exists (select 1 from ${s}.workers w where w.id = ${alias}.locked_by))`;
 

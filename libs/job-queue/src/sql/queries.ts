@@ -1,5 +1,5 @@
 import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
-import { cancelledError, createLifecycleQueries, keepFinished, tellFinished } from './lifecycle';
+import { cancelledError, createLifecycleQueries, keepFinished, tellFinished, withError } from './lifecycle';
 import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
 import { createWorkerQueries } from './workers';
@@ -319,8 +319,8 @@ export function createQueries(schema: string) {
      *   $9 (retention.completed is not 0); the others always are (the cleaner deletes what its
      *   retention says).
      * - The other failures ($4 ids; $5 a jsonb object by id of `{message, code, delay_ms}`) are
-     *   unlocked with the error appended to `errors`, run_at moved (their queue place kept in
-     *   first_run_at). Two codes steer the outcome (worker/handler-outcomes.ts):
+     *   unlocked with the error appended to `errors` (the latest MAX_KEPT_ERRORS kept), run_at
+     *   moved (their queue place kept in first_run_at). Two codes steer the outcome (worker/handler-outcomes.ts):
      *   JQ_JOB_FAILED_FOR_GOOD ends the job failed whatever attempts it has left; JQ_JOB_SNOOZED
      *   retries it with its attempt given back, even on its last one.
      * - Jobs still running get their start mark ($6: prefetched jobs whose handlers began
@@ -375,7 +375,7 @@ export function createQueries(schema: string) {
         result: `case when f.state = 'completed' then $3::jsonb -> f.id::text end`,
         progress: `coalesce($8::jsonb -> f.id::text, f.progress)`,
         errors: `case when f.state = 'failed'
-          then coalesce(f.errors, '[]'::jsonb) || jsonb_build_object('at', now(), 'attempt', f.attempts, 'message', f.message, 'code', f.code)
+          then ${withError('f.errors', `jsonb_build_object('at', now(), 'attempt', f.attempts, 'message', f.message, 'code', f.code)`)}
           else f.errors end`,
         lastError: `case f.state when 'failed' then f.message when 'cancelled' then ${cancelledError('f')} end`,
         workerId: '$1',
@@ -389,8 +389,7 @@ export function createQueries(schema: string) {
       retried as (
         update ${s}.jobs j set
           last_error = ${failure('j', 'message')},
-          errors = coalesce(j.errors, '[]'::jsonb)
-            || jsonb_build_object('at', now(), 'attempt', j.attempts, 'message', ${failure('j', 'message')}, 'code', ${failure('j', 'code')}),
+          errors = ${withError('j.errors', `jsonb_build_object('at', now(), 'attempt', j.attempts, 'message', ${failure('j', 'message')}, 'code', ${failure('j', 'code')})`)},
           progress = coalesce($8::jsonb -> j.id::text, j.progress),
           first_run_at = coalesce(j.first_run_at, j.run_at),
           started_at = coalesce(j.started_at, now()),

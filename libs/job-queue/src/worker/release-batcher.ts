@@ -1,4 +1,5 @@
 import { backoffMs, sleep } from '../backoff';
+import { MAX_JSON_BYTES_LIMIT } from '../json';
 
 /** A job that succeeded: its result as JSON text (null for none), and its last progress if not written yet. */
 export interface Completion {
@@ -51,9 +52,10 @@ const FLUSH_DELAY_MS = 1;
  * carries: releaseJobs takes each kind as one jsonb object, and a jsonb value holds at most
  * 256 MiB. A character of JSON text becomes at most 6 bytes of jsonb (an array of small
  * numbers; 3 for text), so a flush stays under 192 MiB. What does not fit waits for the next
- * flush; a job larger on its own goes alone.
+ * flush; a job larger on its own goes alone, and fits too: `maxJsonBytes` is at most this
+ * (the same constant), and a result's bytes are at least its characters.
  */
-const FLUSH_MAX_CHARS = 32 * 1_048_576;
+const FLUSH_MAX_CHARS = MAX_JSON_BYTES_LIMIT;
 
 /** The JSON text a finished job brings to a flush, in characters (a little for its id and keys). */
 const textOf = (job: Completion | Failure) => ('result' in job ? (job.result?.length ?? 0) : job.error.length) + (job.progress?.length ?? 0) + 64;
@@ -82,7 +84,10 @@ const HELD_UP_MAX_MS = 100;
 /**
  * Collects finished jobs and writes them in batches: one statement per flush, at most one
  * flush in flight; what finishes meanwhile waits for the next flush. A failing flush is
- * retried with backoff, never dropped: the jobs stay locked by this worker until it lands.
+ * retried with backoff, never dropped while the worker runs: the jobs stay locked by this
+ * worker until it lands. At shutdown it is given up after five tries, its jobs still locked
+ * by this worker (for the sweep) and still listed by unwrittenIds(), so that the give-back
+ * leaves them alone.
  * A job whose row someone else has locked is set aside and tried again a little later,
  * so that it never holds up the others.
  */
@@ -101,6 +106,12 @@ export class ReleaseBatcher {
   private startTimer?: NodeJS.Timeout;
   private inFlight?: Promise<void>;
   private inFlightIds: string[] = [];
+  /**
+   * Jobs of flushes given up at shutdown (stop() or after retryBriefly()): not written, and
+   * never will be by this batcher. They stay in unwrittenIds(), so that the give-back leaves
+   * them locked by this worker, for the sweep; given back, a finished job would run again.
+   */
+  private dropped: string[] = [];
   /** The progress the flush in flight writes (a job completed in its own transaction takes it along). */
   private inFlightProgress = new Map<string, string>();
   private readonly stopping = new AbortController();
@@ -110,7 +121,7 @@ export class ReleaseBatcher {
     private readonly onError: (error: unknown) => void,
     /** Told of jobs a flush wrote as cancelled: a cancel was recorded before their outcome. */
     private readonly onCancelled: (jobs: CancelledJob[]) => void = () => {},
-    /** Told after each flush, once its jobs no longer count as unwritten (landed, or given up at shutdown). */
+    /** Told after each flush, once it landed or was given up at shutdown (its jobs then stay unwritten: see `dropped`). */
     private readonly onWritten: () => void = () => {},
   ) {}
 
@@ -158,7 +169,7 @@ export class ReleaseBatcher {
     }, START_MARK_DELAY_MS);
   }
 
-  /** Every job whose release is not in the database yet: collected, held up or being written. */
+  /** Every job whose release is not in the database yet: collected, held up, being written, or given up at shutdown. */
   unwrittenIds(): string[] {
     return [
       ...this.completed.map((c) => c.id),
@@ -166,12 +177,13 @@ export class ReleaseBatcher {
       ...this.heldUp.completed.map((c) => c.id),
       ...this.heldUp.failed.map((f) => f.id),
       ...this.inFlightIds,
+      ...this.dropped,
     ];
   }
 
   /** Jobs whose release is not in the database yet (unwrittenIds().length). */
   get unwritten(): number {
-    return this.pending + this.inFlightIds.length;
+    return this.pending + this.inFlightIds.length + this.dropped.length;
   }
 
   get pending(): number {
@@ -243,8 +255,12 @@ export class ReleaseBatcher {
         return;
       } catch (error) {
         this.onError(error);
-        // While shutting down, give up after a few tries: the jobs stay locked by this worker.
-        if (this.stopping.signal.aborted && attempt >= 5) return;
+        // While shutting down, give up after a few tries: the jobs stay locked by this worker
+        // (listed as dropped, so that the give-back leaves them alone), for the sweep.
+        if (this.stopping.signal.aborted && attempt >= 5) {
+          this.dropped.push(...this.inFlightIds);
+          return;
+        }
         await sleep(backoffMs(attempt), this.stopping.signal.aborted ? undefined : this.stopping.signal);
       }
     }
