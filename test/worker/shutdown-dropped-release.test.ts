@@ -5,6 +5,7 @@ import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
 import { createTestApp, type TestDatabase } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
+import { warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const runs = new Map<string, number>();
@@ -46,7 +47,8 @@ describe('a release that still fails at shutdown', () => {
       begin raise exception 'finished_jobs refuses doomed jobs (the test)'; end $$;
       create trigger refuse_doomed before insert on job_queue.finished_jobs
         for each row when (new.task_identifier = 'doomed') execute function public.refuse_doomed()`);
-    const t = await createTestApp({ url: db.url, providers: [DoomedTasks], jobQueue: { concurrency: 1, pollInterval: 100, shutdownGracePeriod: 200 } });
+    const { logger, logs } = warningsLogger();
+    const t = await createTestApp({ url: db.url, providers: [DoomedTasks], logger, jobQueue: { concurrency: 1, pollInterval: 100, shutdownGracePeriod: 200 } });
     const events: JobQueueEvent[] = [];
     t.worker.events$.subscribe((event) => events.push(event));
     const workerId = t.worker.workerId;
@@ -64,6 +66,10 @@ describe('a release that still fails at shutdown', () => {
     assert.ok(releaseErrors.length >= 5, `the flush was tried (${releaseErrors.length} times) and given up`);
     const stop = events.find((e) => e.type === 'worker:stop');
     assert.deepEqual(stop?.type === 'worker:stop' && stop.givenBack, [], 'nothing given back');
+    assert.ok(
+      logs.some((line) => line.startsWith('error') && line.includes(`job(s) ${job!.id} stay locked by ${workerId}`)),
+      `the shutdown names the job left locked:\n${logs.join('\n')}`,
+    );
 
     const row = async () => (await sql.query('select locked_by, attempts, started_at is not null as started from job_queue.jobs where id = $1', [job.id])).rows;
     assert.deepEqual(await row(), [{ locked_by: workerId, attempts: 1, started: true }], 'still locked by the stopped worker, its attempt not returned');

@@ -388,6 +388,14 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       await Promise.all(kept.map((entry) => entry.done));
     }
     await this.batcher.stop();
+    // Left now: releases given up after their tries (the database refused them).
+    const unwritten = this.batcher.unwrittenIds();
+    if (unwritten.length > 0) {
+      this.logger.error(
+        `The outcome of ${unwritten.length} finished job(s) could not be written at shutdown: job(s) ${unwritten.join(', ')} stay locked by ` +
+          `${this.id}, and another worker runs them again once ${this.id} times out.`,
+      );
+    }
     this.running.clear();
     await this.claims.close();
     await this.unregister();
