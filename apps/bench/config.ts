@@ -20,8 +20,10 @@ export interface BenchConfig {
   scale: boolean;
   /** Jobs in the backlog line (only with SCALE=1). */
   backlog: number;
-  /** Jobs added one at a time: a tenth of `jobs`, since each is a round trip. */
+  /** Jobs added one at a time by each system: a tenth of `jobs`, since each is a round trip. */
   addOneJobs: number;
+  /** The add-one-at-a-time phase runs each system's addOneJobs in this many slices, interleaved with the others' (add-one-interleaved.ts). */
+  addOneSlices: number;
   /** Jobs per addMany() / addJobs() call. */
   chunkSize: number;
   /** The same poll interval for both workers (ms). */
@@ -65,6 +67,8 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     // Fifty times the JOBS drain it is compared with.
     backlog: read('BACKLOG', 1_000_000),
     addOneJobs: Math.max(1, Math.ceil(jobs / 10)),
+    // 100 adds a slice at the default JOBS: a few hundred ms, shorter than the disk's drifts.
+    addOneSlices: 20,
     chunkSize: 1000,
     pollInterval: 1000,
     // What the worker asks for (QUEUE_OWN_CONNECTIONS in worker/pool-size.ts): LISTEN, claims, releases.

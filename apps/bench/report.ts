@@ -1,4 +1,5 @@
 import { cpus, totalmem } from 'node:os';
+import { describeSlices, sliceSizes, type AddOneResult } from './add-one-interleaved';
 import type { BenchConfig } from './config';
 import type { ServerSettings } from './database';
 import { cell, medianOf, perRound, printGrid, values, type Kind } from './report-format';
@@ -15,6 +16,8 @@ export interface Setting {
 
 /** Everything measured in one round. */
 export interface RoundResult {
+  /** add() one at a time of the three systems, measured interleaved in one phase. */
+  addOne: AddOneResult;
   ours: SuiteResult;
   theirs: SuiteResult;
   sqlLimit: SqlLimitResult;
@@ -52,7 +55,8 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   );
   const scaleLines = [config.processes > 0 ? 'worker processes' : '', config.scale ? 'backlog' : ''].filter(Boolean).join(', then ');
   console.log(
-    'rounds:     each round runs nestjs-job-queue (then its lifecycle drains), then graphile-worker (default, then batched), then plain SQL' +
+    'rounds:     each round runs add() one at a time of all three systems interleaved, then nestjs-job-queue (then its lifecycle drains), ' +
+      'then graphile-worker (default, then batched), then plain SQL' +
       (scaleLines ? `, then the scale lines (${scaleLines})` : ''),
   );
   console.log(`cells:      median of ${rounds.length} round(s)${rounds.length > 1 ? ' (min–max)' : ''}`);
@@ -64,12 +68,18 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
     `"batched" rows: graphile-worker with localQueue.size ${config.localQueueSize}, completeJobBatchDelay 0, failJobBatchDelay 0, ` +
       'against the same nestjs-job-queue number (it has one mode).',
   );
+  console.log(
+    `add() one at a time: nestjs-job-queue's add(), graphile-worker's addJob() and add()'s insert from plain node-pg (plain SQL table below), ` +
+      `measured interleaved in one phase of each round, each on its own database: ${describeSlices(sliceSizes(config.addOneJobs, config.addOneSlices))} per system, ` +
+      'the order rotated each slice (ours, theirs, SQL; theirs, SQL, ours; …), each timed over its own slices only, after a few uncounted adds; ' +
+      'so that the disk\'s fsync time, which drifts between phases, weighs on the three alike.',
+  );
   console.log('');
   printTable(['line', 'nestjs-job-queue', 'plain SQL', 'ours / SQL'], againstPlainSql(config, rounds), percent);
   console.log('');
   console.log(
     'plain SQL: the library\'s own statements on our schema from plain node-pg clients, no Nest, no TypeORM, no worker: ' +
-      `add()'s insert statement one round trip at a time; ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
+      `add()'s insert statement one round trip at a time (interleaved with add(), see above); ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
       `${config.sqlBatchSize} per claim) then releaseJobs (moves them to finished_jobs as completed, as the default retention does). ` +
       '"ours / SQL": how close we come to that limit.',
   );
@@ -149,8 +159,8 @@ function againstGraphile(config: BenchConfig, rounds: RoundResult[]): Row[] {
   return [
     {
       line: `add() one at a time, ${config.addOneJobs} jobs (jobs/s)`,
-      ours: values(rounds, (r) => r.ours.addOnePerSecond),
-      other: values(rounds, (r) => r.theirs.addOnePerSecond),
+      ours: values(rounds, (r) => r.addOne.ours),
+      other: values(rounds, (r) => r.addOne.theirs),
       kind: 'throughput',
     },
     {
@@ -172,8 +182,8 @@ function againstPlainSql(config: BenchConfig, rounds: RoundResult[]): Row[] {
   return [
     {
       line: `add() vs its insert's round trips, one at a time, ${config.addOneJobs} jobs (jobs/s)`,
-      ours: values(rounds, (r) => r.ours.addOnePerSecond),
-      other: values(rounds, (r) => r.sqlLimit.addOnePerSecond),
+      ours: values(rounds, (r) => r.addOne.ours),
+      other: values(rounds, (r) => r.addOne.raw),
       kind: 'throughput',
     },
     {

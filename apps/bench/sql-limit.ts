@@ -11,10 +11,8 @@ import { perSecond, type Progress } from './suite';
 /** The library's own statement texts, run here on plain node-pg clients. */
 const sql = createQueries(SCHEMA);
 
-/** What our add() and our drain should approach: the same statements with no library around them. */
+/** What our drain should approach: the same statements with no library around them (add()'s insert: plain-sql-add.ts). */
 export interface SqlLimitResult {
-  /** add()'s own insert (addJobKeyless) one round trip at a time. */
-  addOnePerSecond: number;
   /** `sqlClients` loops of claim a batch (claimJobs) then complete it (releaseJobs, keeping them in finished_jobs). */
   drainPerSecond: number;
 }
@@ -37,27 +35,13 @@ export async function runSqlLimit(url: string, config: BenchConfig, progress: Pr
       await claimClients[i].connect();
       await claimClients[i].query(CLAIM_SESSION_SETTINGS);
     }
-    progress(`plain SQL: add()'s insert one round trip at a time, ${config.addOneJobs} jobs`);
-    const addOnePerSecond = await measureRawAdd(clients[0], config.addOneJobs);
-    await clients[0].query(`delete from ${SCHEMA}.jobs`);
-
     await insertJobs(clients[0], config.jobs);
     progress(`plain SQL: claim + complete loops on ${config.sqlClients} clients, ${config.jobs} jobs in batches of ${config.sqlBatchSize}`);
     const drainPerSecond = await measureClaimCompleteLoops(clients, claimClients, config);
-    return { addOnePerSecond, drainPerSecond };
+    return { drainPerSecond };
   } finally {
     await Promise.all([...clients, ...claimClients].map((client) => client.end().catch(() => undefined)));
   }
-}
-
-/** Awaited round trips of the statement add() runs for a job without a key (addJobKeyless), with the same arguments: jobs/s. */
-async function measureRawAdd(client: Client, count: number): Promise<number> {
-  const started = performance.now();
-  for (let i = 0; i < count; i++) {
-    const values = [TASK, JSON.stringify({ index: i }), null, null, null, null, null, null, null, null];
-    await client.query({ name: 'bench_add_job', text: sql.addJobKeyless, values });
-  }
-  return perSecond(count, performance.now() - started);
 }
 
 /**

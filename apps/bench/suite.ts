@@ -12,7 +12,6 @@ export interface QueueUnderTest {
   readonly probe: HandlerProbe;
   addOne(index: number): Promise<unknown>;
   addMany(fromIndex: number, count: number): Promise<unknown>;
-  deleteAllJobs(): Promise<void>;
   countJobs(): Promise<number>;
   startWorker(mode: WorkerMode): Promise<{ stop(): Promise<void> }>;
   close(): Promise<void>;
@@ -34,8 +33,8 @@ export interface Latency {
   p99: number;
 }
 
+/** add() one at a time is not here: the three systems' are measured interleaved (add-one-interleaved.ts). */
 export interface SuiteResult {
-  addOnePerSecond: number;
   addManyPerSecond: number;
   drainPerSecond: Partial<Record<WorkerMode, number>>;
   latencyMs: Partial<Record<WorkerMode, Latency>>;
@@ -60,11 +59,7 @@ export type Progress = (message: string) => void;
  * measured. Then, for nestjs-job-queue, the job lifecycle's drains.
  */
 export async function runSuite(queue: QueueUnderTest, modes: WorkerMode[], config: BenchConfig, progress: Progress): Promise<SuiteResult> {
-  const result: SuiteResult = { addOnePerSecond: 0, addManyPerSecond: 0, drainPerSecond: {}, latencyMs: {} };
-
-  progress(`${queue.name}: add() one at a time, ${config.addOneJobs} jobs`);
-  result.addOnePerSecond = await measureAddOneAtATime(queue, config.addOneJobs);
-  await queue.deleteAllJobs(); // so that the drain starts from exactly JOBS jobs
+  const result: SuiteResult = { addManyPerSecond: 0, drainPerSecond: {}, latencyMs: {} };
 
   progress(`${queue.name}: addMany(), ${config.jobs} jobs in chunks of ${config.chunkSize}`);
   result.addManyPerSecond = await measureAddMany(queue, config.jobs, config.chunkSize);
@@ -129,13 +124,6 @@ async function drainAndStop(queue: QueueUnderTest, count: number): Promise<numbe
     await worker.stop();
   }
   return perSecond;
-}
-
-/** Awaited single adds, each its own round trip: jobs/s. */
-async function measureAddOneAtATime(queue: QueueUnderTest, count: number): Promise<number> {
-  const started = performance.now();
-  for (let i = 0; i < count; i++) await queue.addOne(i);
-  return perSecond(count, performance.now() - started);
 }
 
 /** Bulk adds of `chunkSize` jobs per call, one call at a time: jobs/s. */

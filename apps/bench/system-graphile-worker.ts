@@ -34,9 +34,6 @@ export async function openGraphileWorker(url: string, config: BenchConfig): Prom
     probe,
     addOne: (index) => utils.addJob(TASK, { index }),
     addMany: (from, count) => utils.addJobs(Array.from({ length: count }, (_, k) => ({ identifier: TASK, payload: { index: from + k } }))),
-    deleteAllJobs: async () => {
-      await utilsPool.query('delete from graphile_worker._private_jobs');
-    },
     countJobs: async () => (await utilsPool.query<{ count: number }>('select count(*)::int as count from graphile_worker._private_jobs')).rows[0].count,
     startWorker: async (mode) => {
       const pool = benchPool(url, config.poolSize, logger);

@@ -61,9 +61,6 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
     dataSource,
     addOne: (index) => jobs.add(TASK, { index }),
     addMany: (from, count) => jobs.addMany(Array.from({ length: count }, (_, k) => ({ identifier: TASK, payload: { index: from + k } }))),
-    deleteAllJobs: async () => {
-      await dataSource.query(`delete from ${SCHEMA}.jobs`);
-    },
     countJobs: async () => (await dataSource.query<Array<{ count: number }>>(`select count(*)::int as count from ${SCHEMA}.jobs`))[0].count,
     // One mode only: the worker has no batching knobs. Started and stopped per drain.
     // With the maintenance rounds, as a worker started with its app runs them (its vacuums of jobs matter to long drains).
