@@ -67,8 +67,9 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     // Fifty times the JOBS drain it is compared with.
     backlog: read('BACKLOG', 1_000_000),
     addOneJobs: Math.max(1, Math.ceil(jobs / 10)),
-    // 100 adds a slice at the default JOBS: a few hundred ms, shorter than the disk's drifts.
-    addOneSlices: 20,
+    // About 95 adds a slice at the default JOBS: a few hundred ms, shorter than the disk's drifts;
+    // a multiple of the three systems, so that each goes first, second and third equally often.
+    addOneSlices: 21,
     chunkSize: 1000,
     pollInterval: 1000,
     // What the worker asks for (QUEUE_OWN_CONNECTIONS in worker/pool-size.ts): LISTEN, claims, releases.
