@@ -1,10 +1,8 @@
 import assert from 'node:assert/strict';
-import { after, afterEach, before, describe, it } from 'node:test';
-import type { Client } from 'pg';
+import { afterEach, describe, it } from 'node:test';
 import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
-import { installPreviousVersion, OldWorkerProcess, OPERATIONS_VERSION, stopOldWorkers, type PreviousVersionApp } from '../support/previous-version';
-import { createRunsTable, migrationNames, NewTasks, printed, range, warningsLogger, type Run } from '../support/upgrade';
+import { OldWorkerProcess, OPERATIONS_VERSION, stopOldWorkers } from '../support/previous-version';
+import { migrationNames, NewTasks, printed, range, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000'];
@@ -21,41 +19,26 @@ const STAGGER_MS = 30;
  * due during it, and both versions claim side by side after it, the old one without its index.
  */
 describe('upgrading to migration 5 while workers of the previous version run', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let sql: Client;
-  let previous: PreviousVersionApp;
+  const u = upgradeSetup('upgrade_claim', OPERATIONS_VERSION);
+  const { q, ids } = u;
   let t: TestApp | undefined;
 
-  before(async () => {
-    db = await createTestDatabase('upgrade_claim');
-    sql = await connect(db.url);
-    await createRunsTable(sql);
-    previous = installPreviousVersion(OPERATIONS_VERSION);
-  });
   afterEach(async () => {
     await t?.close();
     t = undefined;
     await stopOldWorkers();
   });
-  after(async () => {
-    await sql?.end();
-    await db?.drop();
-    previous?.remove();
-  });
-
-  const q = async <Row = Record<string, unknown>>(text: string, values: unknown[] = []) => (await sql.query(text, values)).rows as Row[];
-  const ids = async (text: string, values: unknown[] = []) => (await q<{ id: string }>(text, values)).map((row) => row.id);
   const jobsIndexes = async () =>
     (await q<{ name: string }>(`select indexname as name from pg_indexes where schemaname = 'job_queue' and tablename = 'jobs' order by 1`)).map((r) => r.name);
 
   it('every job runs once, queues keep their order, and the old worker claims on without the index it was planned with', async (ctx) => {
     // a. The previous version on an empty database: its four migrations, its claim on jobs_fetch_idx.
-    const old = await OldWorkerProcess.start(previous, db.url);
+    const old = await OldWorkerProcess.start(u.previous, u.db.url);
     assert.deepEqual(old.library?.migrations, OLD_MIGRATIONS, `the library of ${OPERATIONS_VERSION} knows four migrations`);
-    assert.deepEqual(await migrationNames(sql), OLD_MIGRATIONS);
+    assert.deepEqual(await migrationNames(u.sql), OLD_MIGRATIONS);
     assert.ok((await jobsIndexes()).includes('jobs_fetch_idx'));
     const warmUp = await old.add(Array.from({ length: 20 }, (_, n) => ({ identifier: 'record', payload: { by: 'old-before', n } })));
-    await waitForValue(sql, 'the old worker to run its first jobs (its claim prepared on the old indexes)', `select count(*)::int from runs where job_id = any($1::bigint[])`, 20, [warmUp]);
+    await waitForValue(u.sql, 'the old worker to run its first jobs (its claim prepared on the old indexes)', `select count(*)::int from runs where job_id = any($1::bigint[])`, 20, [warmUp]);
 
     // b. In flight across the migration: two queues headed by sleeps the old worker holds, with
     // jobs behind them; jobs coming due during it, in and out of a queue; and jobs for later.
@@ -77,9 +60,9 @@ describe('upgrading to migration 5 while workers of the previous version run', (
 
     // c. The new code starts beside it and migrates.
     const { logger, logs: newLogs } = warningsLogger();
-    t = await createTestApp({ url: db.url, providers: [NewTasks], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
+    t = await createTestApp({ url: u.db.url, providers: [NewTasks], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
     const [migrated] = await q<{ at: Date }>('select applied_at as at from job_queue.migrations where name = $1', [NEW_MIGRATION]);
-    assert.deepEqual(await migrationNames(sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);
     assert.deepEqual(
       await q('select id::text, locked_by from job_queue.jobs where id = any($1::bigint[]) order by id', [sleeps]),
       sleeps.map((id) => ({ id, locked_by: old.workerId })),
@@ -98,7 +81,7 @@ describe('upgrading to migration 5 while workers of the previous version run', (
       ...(await t.jobs.addMany(Array.from({ length: 10 }, (_, n) => ({ identifier: 'record', payload: { by: 'new-queued', queue: 'q-e', seq: n }, queueName: 'q-e' })))).map((job) => job.id),
     ];
     const mustRun = [...warmUp, ...sleeps, ...queued, ...staggered, ...addedAfter];
-    await waitForValue(sql, 'every due job to run and be released', `select count(*)::int from job_queue.jobs where not (id = any($1::bigint[]))`, 0, [waiting]);
+    await waitForValue(u.sql, 'every due job to run and be released', `select count(*)::int from job_queue.jobs where not (id = any($1::bigint[]))`, 0, [waiting]);
     for (const id of sleeps) await printed(old, `finished sleep ${id}`);
 
     const runs = await q<Run>(`select job_id::text, pid, attempt, task, payload, at from runs order by n`);

@@ -1,14 +1,12 @@
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { afterEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';
-import type { Client } from 'pg';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
-import { installPreviousVersion, LIFECYCLE_VERSION, OldWorkerProcess, stopOldWorkers, type PreviousVersionApp } from '../support/previous-version';
-import { createRunsTable, migrationNames, NewTasks, printed, range, warningsLogger, type Run } from '../support/upgrade';
+import { LIFECYCLE_VERSION, OldWorkerProcess, stopOldWorkers } from '../support/previous-version';
+import { migrationNames, NewTasks, printed, range, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000'];
@@ -52,30 +50,15 @@ const SNAPSHOT = `select id::text, task_identifier, payload, queue_name, priorit
  * until the old ones are stopped.
  */
 describe('upgrading to migration 4 while workers of the previous version run', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let sql: Client;
-  let previous: PreviousVersionApp;
+  const u = upgradeSetup('upgrade_ops', LIFECYCLE_VERSION);
+  const { q, ids } = u;
   let t: TestApp | undefined;
 
-  before(async () => {
-    db = await createTestDatabase('upgrade_ops');
-    sql = await connect(db.url);
-    await createRunsTable(sql);
-    previous = installPreviousVersion(LIFECYCLE_VERSION);
-  });
   afterEach(async () => {
     await t?.close();
     t = undefined;
     await stopOldWorkers();
   });
-  after(async () => {
-    await sql?.end();
-    await db?.drop();
-    previous?.remove();
-  });
-
-  const q = async <Row = Record<string, unknown>>(text: string, values: unknown[] = []) => (await sql.query(text, values)).rows as Row[];
-  const ids = async (text: string, values: unknown[] = []) => (await q<{ id: string }>(text, values)).map((row) => row.id);
   /** The schedule's row in known_crontabs. */
   const tickSchedule = () =>
     q<{ identifier: string; known_since: Date; ticked: boolean; task_identifier: string | null; expression: string | null; time_zone: string | null; registered_at: Date | null }>(
@@ -86,9 +69,9 @@ describe('upgrading to migration 4 while workers of the previous version run', (
 
   it('every job runs once, queues keep their order, the old workers work on the new schema, and the new one records what the dashboard shows', async (ctx) => {
     // a. The previous version on an empty database: its three migrations.
-    const old = await OldWorkerProcess.start(previous, db.url, OLD_ENV);
+    const old = await OldWorkerProcess.start(u.previous, u.db.url, OLD_ENV);
     assert.deepEqual(old.library?.migrations, OLD_MIGRATIONS, `the library of ${LIFECYCLE_VERSION} knows three migrations`);
-    assert.deepEqual(await migrationNames(sql), OLD_MIGRATIONS);
+    assert.deepEqual(await migrationNames(u.sql), OLD_MIGRATIONS);
     await waitFor('the old scheduler to add a tick, and the old worker to run it', async () => (await tickRuns()).length > 0);
     // its known_crontabs has no more columns than these
     const [scheduleBefore] = await q<{ identifier: string; known_since: Date; ticked: boolean }>('select identifier, known_since, last_execution is not null as ticked from job_queue.known_crontabs');
@@ -116,14 +99,14 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     );
     const waiting = await ids(`select j.id::text from generate_series(1, 3) g cross join lateral job_queue.add_job('record', jsonb_build_object('later', g), run_at => now() + interval '1 hour') j`);
     const waitingBefore = await q(SNAPSHOT, [waiting]);
-    await waitForValue(sql, 'the old worker to fail its job for good', `select count(*)::int from job_queue.finished_jobs where id = $1 and state = 'failed'`, 1, [failedByOld]);
+    await waitForValue(u.sql, 'the old worker to fail its job for good', `select count(*)::int from job_queue.finished_jobs where id = $1 and state = 'failed'`, 1, [failedByOld]);
     for (const id of sleeps) await printed(old, `started sleep ${id}`);
 
     // c. The new code starts beside it and migrates.
     const { logger, logs: newLogs } = warningsLogger();
-    t = await createTestApp({ url: db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200, concurrency: NEW_CONCURRENCY, forbiddenFlags: NEW_FORBIDDEN } });
+    t = await createTestApp({ url: u.db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200, concurrency: NEW_CONCURRENCY, forbiddenFlags: NEW_FORBIDDEN } });
     const [migrated] = await q<{ at: Date }>('select applied_at as at from job_queue.migrations where name = $1', [NEW_MIGRATION]);
-    assert.deepEqual(await migrationNames(sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
     assert.deepEqual(await q('select id::text, locked_by from job_queue.jobs where id = any($1::bigint[]) order by id', [sleeps]), sleeps.map((id) => ({ id, locked_by: old.workerId })), 'the old worker still ran its sleeps when the migration was done');
     const [schema] = await q(`select
       array(select table_name || '.' || column_name from information_schema.columns where table_schema = 'job_queue'
@@ -162,13 +145,13 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     );
     assert.deepEqual(traced.map(({ id, ...trace }) => trace), [{ trace_id: '4bf92f35-77b3-4da6-a3ce-929d0e0e4736', span_id: '-6862057420329457999', trace_flags: 1 }], 'add_job_traced returns the job with its trace context');
     failedAfter.push(traced[0].id);
-    const replica = await OldWorkerProcess.start(previous, db.url, REPLICA_ENV);
+    const replica = await OldWorkerProcess.start(u.previous, u.db.url, REPLICA_ENV);
     const byReplica = await replica.add(Array.from({ length: 10 }, (_, n) => ({ identifier: 'record', payload: { by: 'replica', n }, flags: ['replica-only'] })), { many: true });
     assert.deepEqual(await tickSchedule(), [schedule], 'an old replica starting leaves the schedule as the new app declared it');
 
     const failed = [failedByOld, ...failedAfter];
     const mustRun = [...addedByOld, ...sleeps, ...queued, ...staggered, ...addedAfter, ...byReplica, ...failed];
-    await waitForValue(sql, 'every due job to run and be released', `select count(*)::int from job_queue.jobs where not (id = any($1::bigint[])) and task_identifier <> 'tick'`, 0, [waiting]);
+    await waitForValue(u.sql, 'every due job to run and be released', `select count(*)::int from job_queue.jobs where not (id = any($1::bigint[])) and task_identifier <> 'tick'`, 0, [waiting]);
     for (const id of sleeps) await printed(old, `finished sleep ${id}`);
     await waitFor('a heartbeat of each old worker after the migration', async () => {
       const rows = await q<{ beat: boolean }>('select heartbeat_at > $2 as beat from job_queue.workers where id = any($1::text[])', [[old.workerId, replica.workerId], migrated.at]);
@@ -216,8 +199,8 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     assert.deepEqual(await replica.terminate(), { code: null, signal: 'SIGTERM' });
     assert.deepEqual(await old.terminate(), { code: null, signal: 'SIGTERM' });
     assert.match(holder.output, new RegExp(`Gave back 1 unfinished job\\(s\\): ${long}\\b`));
-    t = await createTestApp({ url: db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200 } });
-    await waitForValue(sql, 'the new worker to run the job given back', 'select count(*)::int from runs where job_id = $1 and pid = $2 and attempt = 1', 1, [long, process.pid]);
+    t = await createTestApp({ url: u.db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200 } });
+    await waitForValue(u.sql, 'the new worker to run the job given back', 'select count(*)::int from runs where job_id = $1 and pid = $2 and attempt = 1', 1, [long, process.pid]);
     assert.deepEqual(newLogs, [], 'the new app neither warned nor erred');
     // Each tick became one job, whichever version's scheduler claimed it, before, during and after the migration.
     const ticks = (await tickRuns()).map((run) => run.ts);

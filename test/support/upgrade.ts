@@ -1,9 +1,11 @@
 /** What the upgrade tests share: the new version's tasks, the table both versions' handlers record their runs in, and small helpers. */
+import { after, before } from 'node:test';
 import { Injectable, type LoggerService } from '@nestjs/common';
 import type { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { Task, type JobContext } from '../../libs/job-queue/src';
-import type { OldWorkerProcess } from './previous-version';
+import { connect, createTestDatabase } from './database';
+import { installPreviousVersion, type OldWorkerProcess, type PreviousVersionApp } from './previous-version';
 
 /**
  * The new version's handlers, in the test process: `record` as the old app's (old-worker.js);
@@ -74,4 +76,43 @@ export function sortIds(ids: string[]): string[] {
 
 export function range(from: number, to: number): number[] {
   return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+}
+
+/** What a rolling-deploy test works on: its database, a connection to it, the previous version installed, and two query helpers. */
+export interface UpgradeSetup {
+  db: Awaited<ReturnType<typeof createTestDatabase>>;
+  sql: Client;
+  previous: PreviousVersionApp;
+  /** The rows of a statement on `sql`. */
+  q<Row = Record<string, unknown>>(text: string, values?: unknown[]): Promise<Row[]>;
+  /** The `id` column of a statement's rows. */
+  ids(text: string, values?: unknown[]): Promise<string[]>;
+}
+
+/**
+ * The hooks of a rolling-deploy test's describe(): before it, a database of its own (`name`)
+ * with the runs table, and the package of `version` installed; after it, both removed. The
+ * fields are set once the before hook has run.
+ */
+export function upgradeSetup(name: string, version: string): UpgradeSetup {
+  const setup = {
+    async q<Row = Record<string, unknown>>(text: string, values: unknown[] = []) {
+      return (await setup.sql.query(text, values)).rows as Row[];
+    },
+    async ids(text: string, values: unknown[] = []) {
+      return (await setup.q<{ id: string }>(text, values)).map((row) => row.id);
+    },
+  } as UpgradeSetup;
+  before(async () => {
+    setup.db = await createTestDatabase(name);
+    setup.sql = await connect(setup.db.url);
+    await createRunsTable(setup.sql);
+    setup.previous = installPreviousVersion(version);
+  });
+  after(async () => {
+    await setup.sql?.end();
+    await setup.db?.drop();
+    setup.previous?.remove();
+  });
+  return setup;
 }

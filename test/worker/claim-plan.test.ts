@@ -4,7 +4,7 @@ import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-import { planNodes, type PlanNode } from '../support/plan';
+import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 
 /** As PostgreSQL infers them when the claim connection prepares the statement. */
 const PARAMETER_TYPES = ['text[]', 'text[]', 'integer', 'text', 'integer'];
@@ -30,12 +30,7 @@ describe('the claim plan', () => {
   /** Empties the tables; with 'say empty', leaves `jobs` as a vacuum of a drained table does: pages kept, reltuples about 1. */
   async function reset(statistics: 'analyzed' | 'say empty'): Promise<void> {
     await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.job_queues, job_queue.workers cascade');
-    if (statistics === 'say empty') {
-      await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
-      await sql.query(`insert into job_queue.jobs (task_identifier, run_at) values ('work', now() + interval '1 day')`);
-      await sql.query(`delete from job_queue.jobs where run_at <= now()`);
-      await sql.query('vacuum job_queue.jobs');
-    }
+    if (statistics === 'say empty') await statisticsSayJobsIsEmpty(sql);
     await sql.query(`insert into job_queue.workers (id) values ('plan-worker'), ('other-worker')`);
   }
 

@@ -4,7 +4,7 @@ import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-import { planNodes, type PlanNode } from '../support/plan';
+import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 
 /** As PostgreSQL infers them when the pool prepares the statement with untyped parameters. */
 const PARAMETER_TYPES = ['text', 'bigint[]', 'jsonb', 'bigint[]', 'jsonb', 'bigint[]', 'bigint[]', 'jsonb', 'boolean'];
@@ -30,13 +30,7 @@ describe('the release as a generic plan', () => {
    */
   async function releaseOneFlush(statistics: 'analyzed' | 'say empty'): Promise<PlanNode> {
     await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.workers cascade');
-    if (statistics === 'say empty') {
-      // A drained table vacuumed with one job left at its end: pages kept, reltuples about 1.
-      await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
-      await sql.query(`insert into job_queue.jobs (task_identifier, run_at) values ('work', now() + interval '1 day')`);
-      await sql.query(`delete from job_queue.jobs where run_at <= now()`);
-      await sql.query('vacuum job_queue.jobs');
-    }
+    if (statistics === 'say empty') await statisticsSayJobsIsEmpty(sql);
     await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
     const { rows: held } = await sql.query<{ id: string }>(`
       insert into job_queue.jobs (task_identifier, locked_at, locked_by, attempts, key)
