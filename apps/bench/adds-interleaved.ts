@@ -17,10 +17,29 @@ export interface AddOneResult {
 
 export type AddOneSystem = keyof AddOneResult;
 
+/** Bulk adds of `chunkSize` jobs per call, one call at a time, of the two queues (jobs/s). */
+export interface AddManyResult {
+  /** nestjs-job-queue's addMany(). */
+  ours: number;
+  /** graphile-worker's WorkerUtils.addJobs(). */
+  theirs: number;
+}
+
+/** What the interleaved phase measures. */
+export interface AddsResult {
+  one: AddOneResult;
+  many: AddManyResult;
+}
+
 /** One system's awaited single add, and how to let go of it. */
 export interface SingleAdder {
   addOne(index: number): Promise<unknown>;
   close(): Promise<void>;
+}
+
+/** A queue's adder that also adds in bulk. */
+interface BulkAdder extends SingleAdder {
+  addMany(fromIndex: number, count: number): Promise<unknown>;
 }
 
 /** The order of the first slice; each next slice starts one system later. */
@@ -29,33 +48,37 @@ const SYSTEMS: readonly AddOneSystem[] = ['ours', 'theirs', 'raw'];
 const WARM_UP_ADDS = 10;
 
 /**
- * The three systems open at once, each on a fresh database of its own (`databases`), then
- * `config.addOneSlices` slices of adds, every system taking its turn in each slice, the order
- * rotated from slice to slice; each system timed over its own slices only. Each add waits for
- * an fsync, whose time drifts by tens of percent from one phase of a round to the next
- * (checkpoints, other load): interleaved, the drift weighs on the three alike and drops out
- * of their ratios. The suites that follow recreate these databases.
+ * The three systems open at once, each on a fresh database of its own (`databases`), then:
+ * - `config.addOneSlices` slices of single adds, every system taking its turn in each slice,
+ *   the order rotated from slice to slice;
+ * - `config.jobs` jobs by `config.chunkSize` per addMany() call of the two queues, call by
+ *   call, the order swapped from call to call.
+ * Each system is timed over its own turns only. Each single add waits for an fsync, whose
+ * time drifts by tens of percent from one phase of a round to the next (checkpoints, other
+ * load), and the machine's own speed drifts too: interleaved, the drift weighs on all alike
+ * and drops out of their ratios. The suites that follow recreate these databases.
  */
-export async function measureAddOneInterleaved(
+export async function measureAddsInterleaved(
   serverUrl: string,
   databases: Record<AddOneSystem, string>,
   config: BenchConfig,
   progress: Progress,
-): Promise<AddOneResult> {
+): Promise<AddsResult> {
   const opened: SingleAdder[] = [];
-  const keep = async (adder: Promise<SingleAdder>) => {
+  const keep = async <Adder extends SingleAdder>(adder: Promise<Adder>) => {
     opened.push(await adder);
     return adder;
   };
   try {
-    const adders: Record<AddOneSystem, SingleAdder> = {
-      ours: await keep(openApp(await recreateDatabase(serverUrl, databases.ours), config)),
-      theirs: await keep(openGraphileWorker(await recreateDatabase(serverUrl, databases.theirs), config)),
-      raw: await keep(openPlainSqlAdder(await recreateDatabase(serverUrl, databases.raw))),
-    };
+    const ours = await keep(openApp(await recreateDatabase(serverUrl, databases.ours), config));
+    const theirs = await keep(openGraphileWorker(await recreateDatabase(serverUrl, databases.theirs), config));
+    const raw = await keep(openPlainSqlAdder(await recreateDatabase(serverUrl, databases.raw)));
     const sizes = sliceSizes(config.addOneJobs, config.addOneSlices);
     progress(`add() one at a time, interleaved: ${describeSlices(sizes)} for each of nestjs-job-queue, graphile-worker, plain SQL`);
-    return await addInRotatingSlices(adders, sizes);
+    const one = await addInRotatingSlices({ ours, theirs, raw }, sizes);
+    progress(`addMany(), interleaved: ${config.jobs} jobs in calls of ${config.chunkSize} for each of nestjs-job-queue, graphile-worker`);
+    const many = await addManyInTurns({ ours, theirs }, config.jobs, config.chunkSize);
+    return { one, many };
   } finally {
     await closeAll(opened);
   }
@@ -76,6 +99,21 @@ async function addInRotatingSlices(adders: Record<AddOneSystem, SingleAdder>, si
   }
   const total = sizes.reduce((a, b) => a + b, 0);
   return { ours: perSecond(total, ms.ours), theirs: perSecond(total, ms.theirs), raw: perSecond(total, ms.raw) };
+}
+
+/** `count` jobs by `chunkSize` per addMany() call of each queue, the two taking turns call by call, which one goes first swapped at each turn. */
+async function addManyInTurns(adders: Record<keyof AddManyResult, BulkAdder>, count: number, chunkSize: number): Promise<AddManyResult> {
+  const order: Array<keyof AddManyResult> = ['ours', 'theirs'];
+  const ms = { ours: 0, theirs: 0 };
+  for (const system of order) await adders[system].addMany(0, Math.min(chunkSize, 10)); // warm
+  for (let from = 0, turn = 0; from < count; from += chunkSize, turn++) {
+    for (const system of rotated(order, turn)) {
+      const started = performance.now();
+      await adders[system].addMany(from, Math.min(chunkSize, count - from));
+      ms[system] += performance.now() - started;
+    }
+  }
+  return { ours: perSecond(count, ms.ours), theirs: perSecond(count, ms.theirs) };
 }
 
 /** `total` adds in `slices` slices whose sizes differ by at most one (fewer slices when `total` is smaller). */

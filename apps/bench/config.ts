@@ -22,7 +22,7 @@ export interface BenchConfig {
   backlog: number;
   /** Jobs added one at a time by each system: a tenth of `jobs`, since each is a round trip. */
   addOneJobs: number;
-  /** The add-one-at-a-time phase runs each system's addOneJobs in this many slices, interleaved with the others' (add-one-interleaved.ts). */
+  /** The add-one-at-a-time phase runs each system's addOneJobs in this many slices, interleaved with the others' (adds-interleaved.ts). */
   addOneSlices: number;
   /** Jobs per addMany() / addJobs() call. */
   chunkSize: number;

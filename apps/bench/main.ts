@@ -2,7 +2,7 @@
  * `npm run bench`: this library's worker against graphile-worker and against its own SQL run
  * by plain node-pg clients, on the same PostgreSQL with fsync on (DATABASE_URL, or an embedded
  * server started durable), each on a fresh database of its own, for ROUNDS rounds in turn:
- * first the three systems' add() one at a time, interleaved (add-one-interleaved.ts), then
+ * first the systems' add() one at a time and addMany(), interleaved (adds-interleaved.ts), then
  * each system's other lines; this library's drain with and without a history of completed
  * jobs (suite.ts); and its scale lines: several worker processes, and with SCALE=1 a big
  * backlog (scale.ts).
@@ -10,7 +10,7 @@
  * (env, or `npm run bench -- JOBS=2000 --scale`). Progress goes to stderr, the report to stdout.
  */
 import 'reflect-metadata';
-import { measureAddOneInterleaved } from './add-one-interleaved';
+import { measureAddsInterleaved } from './adds-interleaved';
 import { readBenchConfig, UsageError, type BenchConfig } from './config';
 import { dropDatabase, openPostgresServer, readServerSettings, recreateDatabase, type PostgresServer, type ServerSettings } from './database';
 import { printReport, type RoundResult } from './report';
@@ -38,13 +38,13 @@ async function main(): Promise<void> {
     for (let round = 1; round <= config.rounds; round++) {
       const started = performance.now();
       const step: Progress = (message) => progress(`round ${round}/${config.rounds}: ${message}`);
-      const addOne = await measureAddOneInterleaved(server.url, { ours: OUR_DATABASE, theirs: THEIR_DATABASE, raw: SQL_DATABASE }, config, step);
+      const adds = await measureAddsInterleaved(server.url, { ours: OUR_DATABASE, theirs: THEIR_DATABASE, raw: SQL_DATABASE }, config, step);
       // Ours first of the suites in each round: in the first it pays for warming up the shared pg driver.
       const ours = await benchOn(server, OUR_DATABASE, ['default'], config, openNestJobQueue, step);
       const theirs = await benchOn(server, THEIR_DATABASE, ['default', 'batched'], config, openGraphileWorker, step);
       const sqlLimit = await runSqlLimit(await recreateDatabase(server.url, SQL_DATABASE), config, step);
       const scale = config.processes > 0 || config.scale ? await runScale(await recreateDatabase(server.url, SCALE_DATABASE), config, step) : undefined;
-      rounds.push({ addOne, ours, theirs, sqlLimit, scale });
+      rounds.push({ adds, ours, theirs, sqlLimit, scale });
       progress(`round ${round}/${config.rounds} took ${((performance.now() - started) / 1000).toFixed(0)} s`);
     }
     printReport(config, { server: server.description, settings, graphileWorkerVersion: graphileWorkerVersion() }, rounds);

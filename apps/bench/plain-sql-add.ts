@@ -1,6 +1,6 @@
 import { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
-import type { SingleAdder } from './add-one-interleaved';
+import type { SingleAdder } from './adds-interleaved';
 import { SCHEMA, TASK } from './jobs-table';
 import { createSchema } from './sql-limit';
 

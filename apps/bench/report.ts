@@ -1,5 +1,5 @@
 import { cpus, totalmem } from 'node:os';
-import { describeSlices, sliceSizes, type AddOneResult } from './add-one-interleaved';
+import { describeSlices, sliceSizes, type AddsResult } from './adds-interleaved';
 import type { BenchConfig } from './config';
 import type { ServerSettings } from './database';
 import { cell, medianOf, perRound, printGrid, values, type Kind } from './report-format';
@@ -16,8 +16,8 @@ export interface Setting {
 
 /** Everything measured in one round. */
 export interface RoundResult {
-  /** add() one at a time of the three systems, measured interleaved in one phase. */
-  addOne: AddOneResult;
+  /** add() one at a time of the three systems and addMany() of the two queues, measured interleaved in one phase. */
+  adds: AddsResult;
   ours: SuiteResult;
   theirs: SuiteResult;
   sqlLimit: SqlLimitResult;
@@ -55,7 +55,7 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   );
   const scaleLines = [config.processes > 0 ? 'worker processes' : '', config.scale ? 'backlog' : ''].filter(Boolean).join(', then ');
   console.log(
-    'rounds:     each round runs add() one at a time of all three systems interleaved, then nestjs-job-queue (then its lifecycle drains), ' +
+    'rounds:     each round runs add() one at a time of all three systems and addMany() of both queues, interleaved, then nestjs-job-queue (then its lifecycle drains), ' +
       'then graphile-worker (default, then batched), then plain SQL' +
       (scaleLines ? `, then the scale lines (${scaleLines})` : ''),
   );
@@ -72,7 +72,8 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
     `add() one at a time: nestjs-job-queue's add(), graphile-worker's addJob() and add()'s insert from plain node-pg (plain SQL table below), ` +
       `measured interleaved in one phase of each round, each on its own database: ${describeSlices(sliceSizes(config.addOneJobs, config.addOneSlices))} per system, ` +
       'the order rotated each slice (ours, theirs, SQL; theirs, SQL, ours; …), each timed over its own slices only, after a few uncounted adds; ' +
-      'so that the disk\'s fsync time, which drifts between phases, weighs on the three alike.',
+      'so that the disk\'s fsync time, which drifts between phases, weighs on the three alike. ' +
+      `addMany(): the two queues' calls of ${config.chunkSize} jobs in the same phase, taking turns call by call.`,
   );
   console.log('');
   printTable(['line', 'nestjs-job-queue', 'plain SQL', 'ours / SQL'], againstPlainSql(config, rounds), percent);
@@ -159,14 +160,14 @@ function againstGraphile(config: BenchConfig, rounds: RoundResult[]): Row[] {
   return [
     {
       line: `add() one at a time, ${config.addOneJobs} jobs (jobs/s)`,
-      ours: values(rounds, (r) => r.addOne.ours),
-      other: values(rounds, (r) => r.addOne.theirs),
+      ours: values(rounds, (r) => r.adds.one.ours),
+      other: values(rounds, (r) => r.adds.one.theirs),
       kind: 'throughput',
     },
     {
       line: `addMany() ${config.chunkSize} per call, ${config.jobs} jobs (jobs/s)`,
-      ours: values(rounds, (r) => r.ours.addManyPerSecond),
-      other: values(rounds, (r) => r.theirs.addManyPerSecond),
+      ours: values(rounds, (r) => r.adds.many.ours),
+      other: values(rounds, (r) => r.adds.many.theirs),
       kind: 'throughput',
     },
     drain('default', ''),
@@ -182,8 +183,8 @@ function againstPlainSql(config: BenchConfig, rounds: RoundResult[]): Row[] {
   return [
     {
       line: `add() vs its insert's round trips, one at a time, ${config.addOneJobs} jobs (jobs/s)`,
-      ours: values(rounds, (r) => r.addOne.ours),
-      other: values(rounds, (r) => r.addOne.raw),
+      ours: values(rounds, (r) => r.adds.one.ours),
+      other: values(rounds, (r) => r.adds.one.raw),
       kind: 'throughput',
     },
     {

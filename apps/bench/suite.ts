@@ -33,9 +33,8 @@ export interface Latency {
   p99: number;
 }
 
-/** add() one at a time is not here: the three systems' are measured interleaved (add-one-interleaved.ts). */
+/** add() one at a time and addMany() are not here: the systems' are measured interleaved (adds-interleaved.ts). */
 export interface SuiteResult {
-  addManyPerSecond: number;
   drainPerSecond: Partial<Record<WorkerMode, number>>;
   latencyMs: Partial<Record<WorkerMode, Latency>>;
   /** nestjs-job-queue only: the drains beside drainPerSecond.default, which has the default retention. */
@@ -54,18 +53,15 @@ export interface LifecycleResult {
 export type Progress = (message: string) => void;
 
 /**
- * Every line for one system, in an order that reuses work: the bulk add queues the jobs
- * the first drain runs, and the worker left idle by a drain is the one whose latency is
- * measured. Then, for nestjs-job-queue, the job lifecycle's drains.
+ * The drain lines for one system, each mode on JOBS jobs added by addMany() just before, the
+ * worker left idle by a drain being the one whose latency is measured. Then, for
+ * nestjs-job-queue, the job lifecycle's drains.
  */
 export async function runSuite(queue: QueueUnderTest, modes: WorkerMode[], config: BenchConfig, progress: Progress): Promise<SuiteResult> {
-  const result: SuiteResult = { addManyPerSecond: 0, drainPerSecond: {}, latencyMs: {} };
+  const result: SuiteResult = { drainPerSecond: {}, latencyMs: {} };
 
-  progress(`${queue.name}: addMany(), ${config.jobs} jobs in chunks of ${config.chunkSize}`);
-  result.addManyPerSecond = await measureAddMany(queue, config.jobs, config.chunkSize);
-
-  for (const [index, mode] of modes.entries()) {
-    if (index > 0) await addInChunks(queue, config.jobs, config.chunkSize); // each mode drains its own JOBS jobs
+  for (const mode of modes) {
+    await addInChunks(queue, config.jobs, config.chunkSize); // each mode drains its own JOBS jobs
     progress(`${queue.name}: drain ${config.jobs} jobs (${mode} mode)`);
     const { perSecond, worker } = await measureDrain(queue, mode, config.jobs);
     result.drainPerSecond[mode] = perSecond;
@@ -124,13 +120,6 @@ async function drainAndStop(queue: QueueUnderTest, count: number): Promise<numbe
     await worker.stop();
   }
   return perSecond;
-}
-
-/** Bulk adds of `chunkSize` jobs per call, one call at a time: jobs/s. */
-async function measureAddMany(queue: QueueUnderTest, count: number, chunkSize: number): Promise<number> {
-  const started = performance.now();
-  await addInChunks(queue, count, chunkSize);
-  return perSecond(count, performance.now() - started);
 }
 
 export async function addInChunks(queue: QueueUnderTest, count: number, chunkSize: number): Promise<void> {
