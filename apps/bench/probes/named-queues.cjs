@@ -2,7 +2,7 @@
 //   DATABASE_URL=postgres://…/probe [BASE=/path/to/another/build] [LAYOUT=big|many|manyq|mid|none] [HELD=1] [UNQUEUED=10000] node apps/bench/probes/named-queues.cjs
 // (drops and recreates the job_queue schema of that database).
 // SQL-level probe of the claim's cost on named-queue layouts: a claim of 100 (rolled back),
-// median of ITER runs on one connection with the claim settings. Layouts, all queued jobs
+// median of ITER runs (SIZE jobs each, default 100) on one connection with the claim settings. Layouts, all queued jobs
 // ahead of UNQUEUED unqueued ones in fetch order: big = one queue of 100,000; many = 10,000
 // queues of 1; manyq = 10,000 queues of 10; mid = 1,000 queues of 100; none = no queue.
 // HELD=1: each queue's head is held by another worker (its queue row locked), as while it runs.
@@ -13,7 +13,7 @@ const { join } = require('path');
 const { SCHEMA: S, TASK, settleJobsTable } = require('../../../dist/apps/bench/jobs-table');
 const { createSchema } = require('../../../dist/apps/bench/sql-limit');
 const url = process.env.DATABASE_URL;
-const LAYOUT = process.env.LAYOUT || 'big', HELD = !!+(process.env.HELD || 0), ITER = +(process.env.ITER || 17);
+const SIZE = +(process.env.SIZE || 100), LAYOUT = process.env.LAYOUT || 'big', HELD = !!+(process.env.HELD || 0), ITER = +(process.env.ITER || 17);
 const LAYOUTS = { big: [1, 100000], many: [10000, 1], manyq: [10000, 10], mid: [1000, 100], none: [0, 0] };
 const build = (dir) => ({
   claim: require(join(dir, 'dist/libs/job-queue/src/sql/queries')).createQueries(S).claimJobs,
@@ -58,7 +58,7 @@ if (process.env.BASE) claims.unshift(['base', build(process.env.BASE)]);
     for (let i = 0; i < ITER; i++) {
       const started = performance.now();
       await c.query('begin');
-      claimed = (await c.query({ name, text, values: [[TASK], [], 100, 'w', 100] })).rows;
+      claimed = (await c.query({ name, text, values: [[TASK], [], SIZE, 'w', SIZE] })).rows;
       await c.query('rollback');
       times.push(performance.now() - started);
     }
