@@ -69,6 +69,25 @@ describe('the claim plan', () => {
     );
   }
 
+  for (const planMode of ['force_custom_plan', 'force_generic_plan'] as const) {
+    it(`probes each queue head by jobs_queue_order_idx when the statistics were taken before any queued job (${planMode === 'force_generic_plan' ? 'generic' : 'custom'} plan)`, async () => {
+      // Analyzed with unqueued jobs only: the planner takes jobs_fetch_queued_idx for empty, and
+      // a head lookup (queue_name fixed by its condition, so its order starts at priority) could
+      // walk that index, every queue's jobs, under an incremental sort: 20,000 rows per head.
+      await reset('analyzed');
+      await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 15000)`);
+      await settle('analyzed');
+      await sql.query(`
+        insert into job_queue.jobs (task_identifier, queue_name, run_at)
+        select 'work', 'q' || (g % 20), now() - interval '2 hours' + g * interval '1 millisecond' from generate_series(1, 20000) g`);
+      const { plan, claimed } = await claim(planMode);
+      assertJobsReachedByIndex(plan);
+      const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+      assert.ok(steps.every((step) => step.rows <= 8 * CLAIM_SIZE), `a step handled more than ${8 * CLAIM_SIZE} rows: ${JSON.stringify(steps)}`);
+      assert.equal(claimed.length, CLAIM_SIZE);
+    });
+  }
+
   for (const statistics of ['analyzed', 'say empty'] as const) {
     for (const planMode of ['force_custom_plan', 'force_generic_plan'] as const) {
       const label = `${statistics === 'analyzed' ? 'fresh statistics' : 'statistics that say jobs is empty'}, ${planMode === 'force_generic_plan' ? 'generic' : 'custom'} plan`;
