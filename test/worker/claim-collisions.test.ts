@@ -32,15 +32,18 @@ describe('claims beside other claims and changes', () => {
   let t: TestApp;
   let a: Client;
   let b: Client;
+  let c: Client;
 
   before(async () => {
     ({ db, sql, t } = await openTestApp('claim_collisions', { jobQueue: { worker: false, externalTasks: '*' } }));
     a = await connect(db.url);
     b = await connect(db.url);
+    c = await connect(db.url);
   });
   after(async () => {
     await a?.end();
     await b?.end();
+    await c?.end();
     await closeTestApp({ db, sql, t });
   });
   beforeEach(async () => {
@@ -49,6 +52,7 @@ describe('claims beside other claims and changes', () => {
   });
   afterEach(async () => {
     await a.query('rollback');
+    await b.query('rollback');
     await sql.query('select pg_advisory_unlock_all()');
   });
 
@@ -86,6 +90,18 @@ describe('claims beside other claims and changes', () => {
     // The walk before migration 5 locked only what it took: w-b got all ten heads. One row
     // looked at next (and locked) by w-a's claim is allowed for.
     assert.ok(second.length >= 9 && second.every((id) => heads.includes(id)), `w-b takes the heads w-a's claim passed over: ${JSON.stringify(second)} of ${JSON.stringify(heads)}`);
+  });
+
+  it('claims beside two others that are taking the first unqueued jobs take the next ones, however many are taken ahead', async () => {
+    await sql.query(`insert into job_queue.workers (id) values ('w-c')`);
+    const jobs = await add(30, 10, () => null);
+    await a.query('begin');
+    assert.deepEqual(claimedIds((await a.query(CLAIM, [['work'], [], 10, 'w-a', 10])).rows), jobs.slice(0, 10));
+    await b.query('begin');
+    assert.deepEqual(claimedIds((await b.query(CLAIM, [['work'], [], 10, 'w-b', 10])).rows), jobs.slice(10, 20));
+    const third = await c.query(CLAIM, [['work'], [], 10, 'w-c', 10]);
+    assert.deepEqual(claimedIds(third.rows), jobs.slice(20), 'w-c walks past the twenty jobs the two claims beside it are taking');
+    assert.equal(third.rows[0]?.candidate_count, 10, 'and does not report that nothing else waits');
   });
 
   /** Runs `change` (committed) while w-b's claim waits between its snapshot and its locks; w-b's claimed ids. */

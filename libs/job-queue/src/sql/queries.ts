@@ -53,9 +53,11 @@ const QUEUED_WALK_FACTOR = 2;
 /**
  * The id of queue `queue`'s head: its first job by queue place among the available ones that
  * are due or wait for a retry (so a head waiting for its retry keeps its queue waiting).
- * Written as a first row by jobs_queue_order_idx (ordered by queue_name first, so that no
- * other index can serve it), not as "no earlier row exists": that check took 6 ms for the
- * head of a 100,000-job queue, the first row 10 µs.
+ * Written as a first row by jobs_queue_order_idx, not as "no earlier row exists": that check
+ * took 6 ms for the head of a 100,000-job queue, the first row 10 µs. Its condition fixes
+ * queue_name, so the order it needs starts at priority, which jobs_fetch_queued_idx also
+ * serves under an incremental sort of every queue's jobs: claims run with incremental sorts
+ * off (worker/claim-connection.ts).
  */
 const queueHead = (queue: string, s: string, columns = 'e.id') => `select ${columns} from ${s}.jobs e
           where e.queue_name = ${queue} and e.is_available and e.cancel_requested_at is null and (e.run_at <= now() or e.attempts > 0)
@@ -190,8 +192,10 @@ export function createQueries(schema: string) {
      * needs. Each row (CLAIMED_COLUMNS) also carries how many candidates there were: fewer
      * than $3 means nothing else is waiting now.
      *
-     * Unqueued jobs and queue heads are found apart, so that no claim walks a queue's backlog:
-     * - `unqueued`: the first $3 of jobs_fetch_unqueued_idx, locked as walked (SKIP LOCKED).
+     * Unqueued jobs and queue heads are found apart, so that no claim walks a queue's backlog,
+     * then merged in fetch order and locked one by one, only as many as are taken:
+     * - `unqueued`: jobs_fetch_unqueued_idx in order, read without locks and without a limit
+     *   (read lazily: the merge pulls only what it needs).
      * - `walked`, `walked_heads`: the first QUEUED_WALK_FACTOR × $3 queued jobs of
      *   jobs_fetch_queued_idx, read without locks; the first of each queue by queue place is
      *   its head if the queue's head lookup (queueHead) says so. Heads of free queues are
@@ -201,9 +205,18 @@ export function createQueries(schema: string) {
      *   available job is visited by a skip scan of jobs_queue_order_idx, and its head looked
      *   up. That costs a few microseconds per queue, where walking a held queue's backlog cost
      *   a few per job (160 ms a claim behind a queue of 100,000 jobs).
-     * - `queued`: the first $3 heads by fetch order, locked SKIP LOCKED (a head another worker
-     *   is claiming is skipped, and its queue with it: the next job of that queue is no head).
-     * - `candidates`: the first $3 of both.
+     * - `heads`: the first QUEUED_WALK_FACTOR × $3 heads by fetch order; the slack replaces
+     *   heads a claim beside this one is taking.
+     * - `candidates`: both merged in fetch order (Merge Append, read lazily), each row locked
+     *   in turn (FOR UPDATE SKIP LOCKED by id and row version, one primary-key probe) until $3
+     *   are locked, as the single walk of jobs_fetch_idx did before migration 5: rows another
+     *   claim is taking are skipped, however many (a head with its queue: the next job of that
+     *   queue is no head), and no row is locked that is not taken, so a claim beside this one
+     *   is never kept from it. A row whose version (xmin) changed since this statement's
+     *   snapshot is skipped too: under READ COMMITTED the lock returns its new version,
+     *   rechecked only against the lock's own conditions, so a head chosen for its old task,
+     *   flags, run_at, queue or place (a concurrent add_job replacing a keyed job, a release,
+     *   reschedule_jobs) would be claimed for its new ones.
      * A walked job is a head only if it is the head: every walked job is due, so a head that
      * waits for its retry, not walked, is still found by queueHead and blocks its queue.
      *
@@ -218,27 +231,15 @@ export function createQueries(schema: string) {
      * just filled, the planner would read and sort every due job at each claim).
      */
     claimJobs: `
-      with recursive unqueued as materialized (
-        select j.id, j.queue_name, j.priority, j.run_at
-        from ${s}.jobs j
-        where j.is_available and j.queue_name is null
-          and j.run_at <= now()
-          and array_position($1::text[], j.task_identifier) is not null
-          and not (j.flags && $2::text[])
-          and j.cancel_requested_at is null
-        order by j.priority, j.run_at, j.id
-        limit $3
-        for update of j skip locked
-      ),
-      walked as (
-        select j.id, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags, j.cancel_requested_at
+      with recursive walked as (
+        select j.id, j.xmin as version, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags, j.cancel_requested_at
         from ${s}.jobs j
         where j.is_available and j.queue_name is not null and j.run_at <= now() and j.cancel_requested_at is null
         order by j.priority, j.run_at, j.id
         limit ${QUEUED_WALK_FACTOR} * $3::int
       ),
       walked_heads as (
-        select h.id, h.priority, h.run_at
+        select h.id, h.version, h.priority, h.run_at
         from (
           select w.*, row_number() over (partition by w.queue_name order by w.priority, coalesce(w.first_run_at, w.run_at), w.id) as place
           from walked w
@@ -247,7 +248,6 @@ export function createQueries(schema: string) {
         ) h
         where h.place = 1 and ${claimableHead('h', s)}
           and h.id = (${queueHead('h.queue_name', s)})
-        limit $3
       ),
       enumerate as (
         select (select count(*) from walked_heads) < $3 and (select count(*) from walked) = ${QUEUED_WALK_FACTOR} * $3::int as needed
@@ -262,33 +262,47 @@ export function createQueries(schema: string) {
         from queue_names n where n.queue_name is not null
       ),
       enumerated_heads as (
-        select h.id, h.priority, h.run_at
+        select h.id, h.version, h.priority, h.run_at
         from (
           select n.queue_name from queue_names n
           where n.queue_name is not null and ${queueFree('n.queue_name', s)}
           offset 0
         ) n
-        cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags, e.cancel_requested_at')}) h
+        cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.xmin as version, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags, e.cancel_requested_at')}) h
         where h.run_at <= now() and ${claimableHead('h', s)}
       ),
-      queued as materialized (
-        select j.id, j.queue_name, j.priority, j.run_at
+      heads as materialized (
+        select id, version, priority, run_at from walked_heads where not (select needed from enumerate)
+        union all
+        select id, version, priority, run_at from enumerated_heads
+        order by priority, run_at, id
+        limit ${QUEUED_WALK_FACTOR} * $3::int
+      ),
+      unqueued as (
+        select j.id, j.xmin as version, j.priority, j.run_at
         from ${s}.jobs j
-        where j.id = any(array(
-            select id from (
-              select id, priority, run_at from walked_heads where not (select needed from enumerate)
-              union all
-              select id, priority, run_at from enumerated_heads
-            ) heads
-            order by priority, run_at, id limit $3))
-          and j.is_available and j.cancel_requested_at is null
-        for update of j skip locked
+        where j.is_available and j.queue_name is null
+          and j.run_at <= now()
+          and array_position($1::text[], j.task_identifier) is not null
+          and not (j.flags && $2::text[])
+          and j.cancel_requested_at is null
+        order by j.priority, j.run_at, j.id
       ),
       candidates as materialized (
-        select c.id, c.queue_name, c.priority, c.run_at
-        from (select * from unqueued union all select * from queued) c
+        select l.id, l.queue_name, l.priority, l.run_at
+        from (
+          select id, version, priority, run_at from unqueued
+          union all
+          select id, version, priority, run_at from heads
+        ) f
+        cross join lateral (
+          select j.id, j.queue_name, j.priority, j.run_at
+          from ${s}.jobs j
+          where j.id = f.id and j.xmin = f.version
+          for update of j skip locked
+        ) l
         where exists (select 1 from ${s}.workers w where w.id = $4)
-        order by c.priority, c.run_at, c.id
+        order by f.priority, f.run_at, f.id
         limit $3
       ),
       locked_queues as (

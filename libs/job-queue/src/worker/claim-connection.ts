@@ -8,10 +8,11 @@ import { QUEUE_OWN_CONNECTIONS } from '../module/pool-size';
  *   their handlers started (see the README's delivery guarantees). Releases, adds and the
  *   app's own transactions are not affected, and any later durable commit (the release that
  *   follows) makes the claim durable too.
- * - no bitmap scans, sorts or sequential scans: the claim walks the fetch indexes
- *   (jobs_fetch_unqueued_idx, jobs_fetch_queued_idx) in order and stops at its limit, probes
- *   each queue's head by jobs_queue_order_idx, and reaches the rows it locks and updates by
- *   id. On a table without statistics (just filled), the planner otherwise guesses that few
+ * - no bitmap scans, sorts, incremental sorts or sequential scans: the claim walks the fetch
+ *   indexes (jobs_fetch_unqueued_idx, jobs_fetch_queued_idx) in order and stops at its limit,
+ *   probes each queue's head by jobs_queue_order_idx (with incremental sorts on, it served a
+ *   head lookup from jobs_fetch_queued_idx, every queued job per head, when the statistics
+ *   were taken before any queued job), and reaches the rows it locks and updates by id. On a table without statistics (just filled), the planner otherwise guesses that few
  *   rows match and reads and sorts every due job at each claim; on statistics that say the
  *   table is empty (a vacuum after a drain) it reads the whole table to find 100 ids. Its few
  *   small sorts, of rows already found, stay: they have no alternative.
@@ -21,7 +22,7 @@ import { QUEUE_OWN_CONNECTIONS } from '../module/pool-size';
  * - no JIT: on a large table without statistics the claim's estimated cost is high enough to
  *   JIT-compile it at each execution, which costs more than the claim itself (0.5–1 s).
  */
-const CLAIM_SETTINGS = { synchronous_commit: 'off', enable_bitmapscan: 'off', enable_sort: 'off', enable_seqscan: 'off', jit: 'off', plan_cache_mode: 'force_generic_plan' };
+const CLAIM_SETTINGS = { synchronous_commit: 'off', enable_bitmapscan: 'off', enable_sort: 'off', enable_incremental_sort: 'off', enable_seqscan: 'off', jit: 'off', plan_cache_mode: 'force_generic_plan' };
 export const CLAIM_SESSION_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) => `set ${name} = ${value}`).join('; ');
 const CLAIM_LOCAL_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) => `set local ${name} = ${value}`).join('; ');
 
