@@ -192,10 +192,10 @@ export function createQueries(schema: string) {
      * needs. Each row (CLAIMED_COLUMNS) also carries how many candidates there were: fewer
      * than $3 means nothing else is waiting now.
      *
-     * Unqueued jobs and queue heads are found apart, so that no claim walks a queue's backlog,
-     * then merged in fetch order and locked one by one, only as many as are taken:
-     * - `unqueued`: jobs_fetch_unqueued_idx in order, read without locks and without a limit
-     *   (read lazily: the merge pulls only what it needs).
+     * Unqueued jobs and queue heads are found apart, so that no claim walks a queue's backlog:
+     * - `unqueued`: the first $3 of jobs_fetch_unqueued_idx, locked as walked (SKIP LOCKED: the
+     *   walk goes past whatever claims beside it are taking, and each row's lock rechecks all of
+     *   its conditions on the row's latest version).
      * - `walked`, `walked_heads`: the first QUEUED_WALK_FACTOR × $3 queued jobs of
      *   jobs_fetch_queued_idx, read without locks; the first of each queue by queue place is
      *   its head if the queue's head lookup (queueHead) says so. Heads of free queues are
@@ -205,18 +205,19 @@ export function createQueries(schema: string) {
      *   available job is visited by a skip scan of jobs_queue_order_idx, and its head looked
      *   up. That costs a few microseconds per queue, where walking a held queue's backlog cost
      *   a few per job (160 ms a claim behind a queue of 100,000 jobs).
-     * - `heads`: the first QUEUED_WALK_FACTOR × $3 heads by fetch order; the slack replaces
-     *   heads a claim beside this one is taking.
-     * - `candidates`: both merged in fetch order (Merge Append, read lazily), each row locked
-     *   in turn (FOR UPDATE SKIP LOCKED by id and row version, one primary-key probe) until $3
-     *   are locked, as the single walk of jobs_fetch_idx did before migration 5: rows another
-     *   claim is taking are skipped, however many (a head with its queue: the next job of that
-     *   queue is no head), and no row is locked that is not taken, so a claim beside this one
-     *   is never kept from it. A row whose version (xmin) changed since this statement's
-     *   snapshot is skipped too: under READ COMMITTED the lock returns its new version,
-     *   rechecked only against the lock's own conditions, so a head chosen for its old task,
-     *   flags, run_at, queue or place (a concurrent add_job replacing a keyed job, a release,
-     *   reschedule_jobs) would be claimed for its new ones.
+     * - `heads`: the first QUEUED_WALK_FACTOR × $3 heads by fetch order, with the row version
+     *   (xmin) this statement's snapshot saw; the slack replaces heads a claim beside this one
+     *   is taking.
+     * - `queued`: those heads ahead of the last unqueued job locked (all of them if fewer than
+     *   $3 were), locked one by one in fetch order by id and version until $3 are: a head
+     *   another claim is taking is skipped (and its queue with it: the next job of that queue
+     *   is no head), and so is a head whose version changed since the snapshot. Under READ
+     *   COMMITTED the lock would return the new version, rechecked only against the lock's own
+     *   conditions, so a head chosen for its old task, flags, run_at, queue or place (a
+     *   concurrent add_job replacing a keyed job, a release, reschedule_jobs) would be claimed
+     *   for its new ones.
+     * - `candidates`: the first $3 of both. The unqueued jobs locked and not taken (at most $3)
+     *   stay locked to the end of this statement; a claim beside it walks past them.
      * A walked job is a head only if it is the head: every walked job is due, so a head that
      * waits for its retry, not walked, is still found by queueHead and blocks its queue.
      *
@@ -278,22 +279,27 @@ export function createQueries(schema: string) {
         order by priority, run_at, id
         limit ${QUEUED_WALK_FACTOR} * $3::int
       ),
-      unqueued as (
-        select j.id, j.xmin as version, j.priority, j.run_at
+      unqueued as materialized (
+        select j.id, j.queue_name, j.priority, j.run_at
         from ${s}.jobs j
         where j.is_available and j.queue_name is null
           and j.run_at <= now()
           and array_position($1::text[], j.task_identifier) is not null
           and not (j.flags && $2::text[])
           and j.cancel_requested_at is null
+          and exists (select 1 from ${s}.workers w where w.id = $4)
         order by j.priority, j.run_at, j.id
+        limit $3
+        for update of j skip locked
       ),
-      candidates as materialized (
+      queued as materialized (
         select l.id, l.queue_name, l.priority, l.run_at
         from (
-          select id, version, priority, run_at from unqueued
-          union all
-          select id, version, priority, run_at from heads
+          select h.* from heads h
+          where (select count(*) from unqueued) < $3
+             or (h.priority, h.run_at, h.id) < (select u.priority, u.run_at, u.id from unqueued u order by u.priority desc, u.run_at desc, u.id desc limit 1)
+          order by h.priority, h.run_at, h.id
+          offset 0
         ) f
         cross join lateral (
           select j.id, j.queue_name, j.priority, j.run_at
@@ -302,7 +308,12 @@ export function createQueries(schema: string) {
           for update of j skip locked
         ) l
         where exists (select 1 from ${s}.workers w where w.id = $4)
-        order by f.priority, f.run_at, f.id
+        limit $3
+      ),
+      candidates as materialized (
+        select c.id, c.queue_name, c.priority, c.run_at
+        from (select * from unqueued union all select * from queued) c
+        order by c.priority, c.run_at, c.id
         limit $3
       ),
       locked_queues as (
