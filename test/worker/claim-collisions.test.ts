@@ -92,6 +92,32 @@ describe('claims beside other claims and changes', () => {
     assert.ok(second.length >= 9 && second.every((id) => heads.includes(id)), `w-b takes the heads w-a's claim passed over: ${JSON.stringify(second)} of ${JSON.stringify(heads)}`);
   });
 
+  it('a claim that takes queue heads does not keep the unqueued jobs it passed over from a claim beside it', async () => {
+    const heads = await add(10, 20, (n) => `q${n}`);
+    const unqueued = await add(10, 10, () => null);
+    await a.query('begin');
+    const first = await a.query(CLAIM, [['work'], [], 10, 'w-a', 10]);
+    assert.deepEqual(claimedIds(first.rows), heads, "w-a's claim (not committed yet) takes the ten heads, due first");
+
+    const second = await b.query(CLAIM, [['work'], [], 10, 'w-b', 10]);
+    const ids = claimedIds(second.rows);
+    // The walk before migration 5 locked only what it took: w-b got all ten unqueued jobs. One
+    // row looked at next (and locked) by w-a's claim is allowed for, as for the heads above.
+    assert.ok(ids.length >= 9 && ids.every((id) => unqueued.includes(id)), `w-b takes the unqueued jobs w-a's claim passed over: ${JSON.stringify(ids)} of ${JSON.stringify(unqueued)}`);
+  });
+
+  it('claims beside two others that are taking the first heads take the next ones', async () => {
+    await sql.query(`insert into job_queue.workers (id) values ('w-c')`);
+    const heads = await add(9, 10, (n) => `q${n}`);
+    await a.query('begin');
+    assert.deepEqual(claimedIds((await a.query(CLAIM, [['work'], [], 3, 'w-a', 3])).rows), heads.slice(0, 3));
+    await b.query('begin');
+    assert.deepEqual(claimedIds((await b.query(CLAIM, [['work'], [], 3, 'w-b', 3])).rows), heads.slice(3, 6));
+    const third = await c.query(CLAIM, [['work'], [], 3, 'w-c', 3]);
+    assert.deepEqual(claimedIds(third.rows), heads.slice(6), 'w-c walks past the six heads the two claims beside it are taking, as the walk before migration 5 did');
+    assert.equal(third.rows[0]?.candidate_count, 3, 'and does not report that nothing else waits');
+  });
+
   it('claims beside two others that are taking the first unqueued jobs take the next ones, however many are taken ahead', async () => {
     await sql.query(`insert into job_queue.workers (id) values ('w-c')`);
     const jobs = await add(30, 10, () => null);
