@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { afterEach, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { createTestApp, type TestApp } from '../support/app';
-import { OldWorkerProcess, OPERATIONS_VERSION, stopOldWorkers } from '../support/previous-version';
-import { migrationNames, NewTasks, printed, range, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
+import { OldWorkerProcess, OPERATIONS_VERSION } from '../support/previous-version';
+import { assertEachRanOnce, migrationNames, NewTasks, printed, queuesHeadedBySleeps, range, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000'];
@@ -23,11 +23,6 @@ describe('upgrading to migration 5 while workers of the previous version run', (
   const { q, ids } = u;
   let t: TestApp | undefined;
 
-  afterEach(async () => {
-    await t?.close();
-    t = undefined;
-    await stopOldWorkers();
-  });
   const jobsIndexes = async () =>
     (await q<{ name: string }>(`select indexname as name from pg_indexes where schemaname = 'job_queue' and tablename = 'jobs' order by 1`)).map((r) => r.name);
 
@@ -42,12 +37,7 @@ describe('upgrading to migration 5 while workers of the previous version run', (
 
     // b. In flight across the migration: two queues headed by sleeps the old worker holds, with
     // jobs behind them; jobs coming due during it, in and out of a queue; and jobs for later.
-    const sleeps: string[] = [];
-    const queued: string[] = [];
-    for (const queue of ['q-a', 'q-b']) {
-      sleeps.push(...(await ids(`select id::text from job_queue.add_job('sleep', $1, queue_name => $2)`, [{ ms: SLEEP_MS, queue, seq: 0 }, queue])));
-      for (let seq = 1; seq <= 15; seq++) queued.push(...(await ids(`select id::text from job_queue.add_job('record', $1, queue_name => $2)`, [{ queue, seq }, queue])));
-    }
+    const { sleeps, queued } = await queuesHeadedBySleeps(u, SLEEP_MS);
     const staggered = await ids(
       `select j.id::text from generate_series(1, 120) g
          cross join lateral job_queue.add_job('record', jsonb_build_object('staggered', g, 'queue', case when g % 3 = 0 then 'q-c' end, 'seq', g),
@@ -60,7 +50,7 @@ describe('upgrading to migration 5 while workers of the previous version run', (
 
     // c. The new code starts beside it and migrates.
     const { logger, logs: newLogs } = warningsLogger();
-    t = await createTestApp({ url: u.db.url, providers: [NewTasks], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
+    t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
     const [migrated] = await q<{ at: Date }>('select applied_at as at from job_queue.migrations where name = $1', [NEW_MIGRATION]);
     assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);
     assert.deepEqual(
@@ -85,13 +75,7 @@ describe('upgrading to migration 5 while workers of the previous version run', (
     for (const id of sleeps) await printed(old, `finished sleep ${id}`);
 
     const runs = await q<Run>(`select job_id::text, pid, attempt, task, payload, at from runs order by n`);
-    const byJob = new Map<string, Run[]>();
-    for (const run of runs) byJob.set(run.job_id, [...(byJob.get(run.job_id) ?? []), run]);
-    assert.deepEqual([...byJob.keys()].sort(), [...mustRun].sort(), 'exactly the due jobs ran');
-    assert.deepEqual(runs.filter((run) => byJob.get(run.job_id)!.length > 1), [], 'no job ran twice');
-    for (const queue of ['q-a', 'q-b']) {
-      assert.deepEqual(runs.filter((run) => run.payload?.queue === queue).map((run) => run.payload.seq), range(0, 15), `queue ${queue} ran in order`);
-    }
+    const byJob = assertEachRanOnce(runs, mustRun);
     const inOrder = (queue: string) => runs.filter((run) => run.payload?.queue === queue).map((run) => run.payload.seq as number);
     assert.deepEqual(inOrder('q-c'), [...inOrder('q-c')].sort((a, b) => a - b), 'queue q-c, coming due during the migration, ran in order');
     assert.equal(inOrder('q-c').length, 40);

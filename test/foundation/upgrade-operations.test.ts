@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
-import { afterEach, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
-import { LIFECYCLE_VERSION, OldWorkerProcess, stopOldWorkers } from '../support/previous-version';
-import { migrationNames, NewTasks, printed, range, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
+import { LIFECYCLE_VERSION, OldWorkerProcess } from '../support/previous-version';
+import { assertEachRanOnce, migrationNames, NewTasks, printed, queuesHeadedBySleeps, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000'];
@@ -54,11 +54,6 @@ describe('upgrading to migration 4 while workers of the previous version run', (
   const { q, ids } = u;
   let t: TestApp | undefined;
 
-  afterEach(async () => {
-    await t?.close();
-    t = undefined;
-    await stopOldWorkers();
-  });
   /** The schedule's row in known_crontabs. */
   const tickSchedule = () =>
     q<{ identifier: string; known_since: Date; ticked: boolean; task_identifier: string | null; expression: string | null; time_zone: string | null; registered_at: Date | null }>(
@@ -85,12 +80,7 @@ describe('upgrading to migration 4 while workers of the previous version run', (
       ...(await old.add(Array.from({ length: 10 }, (_, n) => ({ identifier: 'record', payload: { by: 'old-before-many', n } })), { many: true })),
     ];
     const [failedByOld] = await old.add([{ identifier: 'fail', payload: { n: 1 }, maxAttempts: 1, jobKey: 'upgrade-4-failed' }]);
-    const sleeps: string[] = [];
-    const queued: string[] = [];
-    for (const queue of ['q-a', 'q-b']) {
-      sleeps.push(...(await ids(`select id::text from job_queue.add_job('sleep', $1, queue_name => $2)`, [{ ms: SLEEP_MS, queue, seq: 0 }, queue])));
-      for (let seq = 1; seq <= 15; seq++) queued.push(...(await ids(`select id::text from job_queue.add_job('record', $1, queue_name => $2)`, [{ queue, seq }, queue])));
-    }
+    const { sleeps, queued } = await queuesHeadedBySleeps(u, SLEEP_MS);
     const staggered = await ids(
       `select j.id::text from generate_series(1, 120) g
          cross join lateral job_queue.add_job('record', jsonb_build_object('staggered', g), run_at => now() + g * $1 * interval '1 millisecond') j
@@ -104,7 +94,7 @@ describe('upgrading to migration 4 while workers of the previous version run', (
 
     // c. The new code starts beside it and migrates.
     const { logger, logs: newLogs } = warningsLogger();
-    t = await createTestApp({ url: u.db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200, concurrency: NEW_CONCURRENCY, forbiddenFlags: NEW_FORBIDDEN } });
+    t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200, concurrency: NEW_CONCURRENCY, forbiddenFlags: NEW_FORBIDDEN } });
     const [migrated] = await q<{ at: Date }>('select applied_at as at from job_queue.migrations where name = $1', [NEW_MIGRATION]);
     assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
     assert.deepEqual(await q('select id::text, locked_by from job_queue.jobs where id = any($1::bigint[]) order by id', [sleeps]), sleeps.map((id) => ({ id, locked_by: old.workerId })), 'the old worker still ran its sleeps when the migration was done');
@@ -159,13 +149,7 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     }, 30_000);
 
     const runs = await q<Run>(`select job_id::text, pid, attempt, task, payload, at from runs where task <> 'tick' order by n`);
-    const byJob = new Map<string, Run[]>();
-    for (const run of runs) byJob.set(run.job_id, [...(byJob.get(run.job_id) ?? []), run]);
-    assert.deepEqual([...byJob.keys()].sort(), [...mustRun].sort(), 'exactly the due jobs ran');
-    assert.deepEqual(runs.filter((run) => byJob.get(run.job_id)!.length > 1), [], 'no job ran twice');
-    for (const queue of ['q-a', 'q-b']) {
-      assert.deepEqual(runs.filter((run) => run.payload?.queue === queue).map((run) => run.payload.seq), range(0, 15), `queue ${queue} ran in order`);
-    }
+    const byJob = assertEachRanOnce(runs, mustRun);
     for (const id of sleeps) assert.ok(byJob.get(id)![0].pid === old.pid && byJob.get(id)![0].at > migrated.at, `the old worker finished sleep ${id} after the migration`);
     assert.deepEqual(byReplica.filter((id) => byJob.get(id)![0].pid !== replica.pid), [], 'the old replica started after the migration ran the jobs only it may run');
     const pids = new Set(runs.filter((run) => run.at > migrated.at).map((run) => run.pid));
@@ -189,7 +173,7 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     // e. The new app stops first: the old schedulers tick on alone, on the new schema. Then the
     // old workers stop (SIGTERM), one while it runs a long job: given back, run by the new worker.
     await t.close();
-    t = undefined;
+    t = u.app = undefined;
     const [{ closed }] = await q<{ closed: Date }>('select now() as closed');
     await waitFor('an old scheduler to add a tick after the new app closed, and an old worker to run it', async () => (await tickRuns()).some((run) => Date.parse(run.ts) > closed.getTime()));
     const [long] = await ids(`select id::text from job_queue.add_job('sleep', '{"ms": 600000}')`);
@@ -199,7 +183,7 @@ describe('upgrading to migration 4 while workers of the previous version run', (
     assert.deepEqual(await replica.terminate(), { code: null, signal: 'SIGTERM' });
     assert.deepEqual(await old.terminate(), { code: null, signal: 'SIGTERM' });
     assert.match(holder.output, new RegExp(`Gave back 1 unfinished job\\(s\\): ${long}\\b`));
-    t = await createTestApp({ url: u.db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200 } });
+    t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200 } });
     await waitForValue(u.sql, 'the new worker to run the job given back', 'select count(*)::int from runs where job_id = $1 and pid = $2 and attempt = 1', 1, [long, process.pid]);
     assert.deepEqual(newLogs, [], 'the new app neither warned nor erred');
     // Each tick became one job, whichever version's scheduler claimed it, before, during and after the migration.

@@ -1,11 +1,13 @@
 /** What the upgrade tests share: the new version's tasks, the table both versions' handlers record their runs in, and small helpers. */
-import { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { after, afterEach, before } from 'node:test';
 import { Injectable, type LoggerService } from '@nestjs/common';
 import type { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { connect, createTestDatabase } from './database';
-import { installPreviousVersion, type OldWorkerProcess, type PreviousVersionApp } from './previous-version';
+import type { TestApp } from './app';
+import { installPreviousVersion, stopOldWorkers, type OldWorkerProcess, type PreviousVersionApp } from './previous-version';
 
 /**
  * The new version's handlers, in the test process: `record` as the old app's (old-worker.js);
@@ -83,6 +85,8 @@ export interface UpgradeSetup {
   db: Awaited<ReturnType<typeof createTestDatabase>>;
   sql: Client;
   previous: PreviousVersionApp;
+  /** The new version's app, if the test started one: closed after each test, with every old worker stopped. */
+  app?: TestApp;
   /** The rows of a statement on `sql`. */
   q<Row = Record<string, unknown>>(text: string, values?: unknown[]): Promise<Row[]>;
   /** The `id` column of a statement's rows. */
@@ -91,8 +95,9 @@ export interface UpgradeSetup {
 
 /**
  * The hooks of a rolling-deploy test's describe(): before it, a database of its own (`name`)
- * with the runs table, and the package of `version` installed; after it, both removed. The
- * fields are set once the before hook has run.
+ * with the runs table, and the package of `version` installed; after each test, the new app
+ * (`app`) closed and every old worker stopped; after it, the database and package removed.
+ * The fields are set once the before hook has run.
  */
 export function upgradeSetup(name: string, version: string): UpgradeSetup {
   const setup = {
@@ -109,10 +114,45 @@ export function upgradeSetup(name: string, version: string): UpgradeSetup {
     await createRunsTable(setup.sql);
     setup.previous = installPreviousVersion(version);
   });
+  afterEach(async () => {
+    await setup.app?.close();
+    setup.app = undefined;
+    await stopOldWorkers();
+  });
   after(async () => {
     await setup.sql?.end();
     await setup.db?.drop();
     setup.previous?.remove();
   });
   return setup;
+}
+
+/**
+ * Queues `q-a` and `q-b`, each headed by a `sleep` job of `sleepMs` (an old worker takes and
+ * holds them across a migration) with 15 `record` jobs behind it (payload `{ queue, seq }`,
+ * seq 1 to 15, the sleep's 0): the ids of the sleeps and of the jobs behind them.
+ */
+export async function queuesHeadedBySleeps(u: UpgradeSetup, sleepMs: number): Promise<{ sleeps: string[]; queued: string[] }> {
+  const sleeps: string[] = [];
+  const queued: string[] = [];
+  for (const queue of ['q-a', 'q-b']) {
+    sleeps.push(...(await u.ids(`select id::text from job_queue.add_job('sleep', $1, queue_name => $2)`, [{ ms: sleepMs, queue, seq: 0 }, queue])));
+    for (let seq = 1; seq <= 15; seq++) queued.push(...(await u.ids(`select id::text from job_queue.add_job('record', $1, queue_name => $2)`, [{ queue, seq }, queue])));
+  }
+  return { sleeps, queued };
+}
+
+/**
+ * Asserts that the jobs `mustRun` ran, each exactly once, and that queues `q-a` and `q-b`
+ * (queuesHeadedBySleeps) ran in order; returns the runs by job id.
+ */
+export function assertEachRanOnce(runs: Run[], mustRun: string[]): Map<string, Run[]> {
+  const byJob = new Map<string, Run[]>();
+  for (const run of runs) byJob.set(run.job_id, [...(byJob.get(run.job_id) ?? []), run]);
+  assert.deepEqual([...byJob.keys()].sort(), [...mustRun].sort(), 'exactly the due jobs ran');
+  assert.deepEqual(runs.filter((run) => byJob.get(run.job_id)!.length > 1), [], 'no job ran twice');
+  for (const queue of ['q-a', 'q-b']) {
+    assert.deepEqual(runs.filter((run) => run.payload?.queue === queue).map((run) => run.payload.seq), range(0, 15), `queue ${queue} ran in order`);
+  }
+  return byJob;
 }
