@@ -1,4 +1,5 @@
 import { tellFinished } from './lifecycle';
+import { queueHead } from './queue-head';
 
 /**
  * The statements operators' tools read and act with: the dashboard, the health indicator and
@@ -27,13 +28,7 @@ export function createOperationsQueries(s: string, finished: string) {
       select q.queue_name, h.id::text as head_id, h.task_identifier, h.attempts, h.max_attempts, h.run_at,
              (select count(*) from ${s}.jobs w where w.queue_name = q.queue_name and w.is_available)::int - 1 as behind
       from ${s}.job_queues q
-      cross join lateral (
-        select j.id, j.task_identifier, j.attempts, j.max_attempts, j.run_at
-        from ${s}.jobs j
-        where j.queue_name = q.queue_name and j.is_available and j.cancel_requested_at is null and (j.run_at <= now() or j.attempts > 0)
-        order by j.priority, coalesce(j.first_run_at, j.run_at), j.id
-        limit 1
-      ) h
+      cross join lateral (${queueHead('q.queue_name', s, 'e.id, e.task_identifier, e.attempts, e.max_attempts, e.run_at')}) h
       where h.attempts > 0
       order by behind desc, q.queue_name
       limit 50`,
@@ -75,12 +70,7 @@ export function createOperationsQueries(s: string, finished: string) {
         where j.queue_name is null and j.is_available and j.run_at <= now() and j.cancel_requested_at is null
         union all
         select h.run_at from ${s}.job_queues q
-        cross join lateral (
-          select e.run_at from ${s}.jobs e
-          where e.queue_name = q.queue_name and e.is_available and e.cancel_requested_at is null and (e.run_at <= now() or e.attempts > 0)
-          order by e.priority, coalesce(e.first_run_at, e.run_at), e.id
-          limit 1
-        ) h
+        cross join lateral (${queueHead('q.queue_name', s, 'e.run_at')}) h
         where q.locked_at is null and h.run_at <= now()
       )
       select count(*)::int as count, extract(epoch from now() - min(run_at))::float8 as oldest_age from startable`,

@@ -2,6 +2,7 @@ import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './
 import { cancelledError, createLifecycleQueries, keepFinished, tellFinished, withError } from './lifecycle';
 import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
+import { queueHead } from './queue-head';
 import { createWorkerQueries } from './workers';
 
 /**
@@ -50,25 +51,14 @@ const heldBy = (j: string, worker: string) => `${j}.locked_by is not distinct fr
  */
 const QUEUED_WALK_FACTOR = 2;
 
-/**
- * The id of queue `queue`'s head: its first job by queue place among the available ones that
- * are due or wait for a retry (so a head waiting for its retry keeps its queue waiting).
- * Written as a first row by jobs_queue_order_idx, not as "no earlier row exists": that check
- * took 6 ms for the head of a 100,000-job queue, the first row 10 µs. Its condition fixes
- * queue_name, so the order it needs starts at priority, which jobs_fetch_queued_idx also
- * serves under an incremental sort of every queue's jobs: claims run with incremental sorts
- * off (worker/claim-connection.ts).
- */
-const queueHead = (queue: string, s: string, columns = 'e.id') => `select ${columns} from ${s}.jobs e
-          where e.queue_name = ${queue} and e.is_available and e.cancel_requested_at is null and (e.run_at <= now() or e.attempts > 0)
-          order by e.queue_name, e.priority, coalesce(e.first_run_at, e.run_at), e.id limit 1`;
-
 /** No worker holds queue `queue`. */
 const queueFree = (queue: string, s: string) => `not exists (select 1 from ${s}.job_queues q where q.queue_name = ${queue} and q.locked_at is not null)`;
 
-/** A queue head `h` this claim may take: a task of $1, none of the flags $2, no cancel asked for, its queue not held by a worker. */
-const claimableHead = (h: string, s: string) => `array_position($1::text[], ${h}.task_identifier) is not null and not (${h}.flags && $2::text[])
-          and ${h}.cancel_requested_at is null and ${queueFree(`${h}.queue_name`, s)}`;
+/** Row `j` is a job of the claim's tasks ($1) carrying none of its forbidden flags ($2). */
+const claimable = (j: string) => `array_position($1::text[], ${j}.task_identifier) is not null and not (${j}.flags && $2::text[])`;
+
+/** A queue head `h` this claim may take: claimable, its queue not held by a worker (a head has no cancel asked for: queueHead). */
+const claimableHead = (h: string, s: string) => `${claimable(h)} and ${queueFree(`${h}.queue_name`, s)}`;
 
 /** A field of the failure releaseJobs was given for row `j` ($5, by id), as text. */
 const failure = (j: string, field: 'message' | 'code' | 'delay_ms') => `($5::jsonb -> ${j}.id::text ->> '${field}')`;
@@ -233,7 +223,7 @@ export function createQueries(schema: string) {
      */
     claimJobs: `
       with recursive walked as (
-        select j.id, j.xmin as version, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags, j.cancel_requested_at
+        select j.id, j.xmin as version, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags
         from ${s}.jobs j
         where j.is_available and j.queue_name is not null and j.run_at <= now() and j.cancel_requested_at is null
         order by j.priority, j.run_at, j.id
@@ -269,7 +259,7 @@ export function createQueries(schema: string) {
           where n.queue_name is not null and ${queueFree('n.queue_name', s)}
           offset 0
         ) n
-        cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.xmin as version, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags, e.cancel_requested_at')}) h
+        cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.xmin as version, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags')}) h
         where h.run_at <= now() and ${claimableHead('h', s)}
       ),
       heads as materialized (
@@ -284,8 +274,7 @@ export function createQueries(schema: string) {
         from ${s}.jobs j
         where j.is_available and j.queue_name is null
           and j.run_at <= now()
-          and array_position($1::text[], j.task_identifier) is not null
-          and not (j.flags && $2::text[])
+          and ${claimable('j')}
           and j.cancel_requested_at is null
           and exists (select 1 from ${s}.workers w where w.id = $4)
         order by j.priority, j.run_at, j.id
