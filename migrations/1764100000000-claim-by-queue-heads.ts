@@ -6,7 +6,7 @@ import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type
  * a named queue's backlog is never walked past to reach other work: with 100,000 jobs in one
  * queue ahead of the rest, every claim used to walk all of them (160 ms a claim).
  *
- * - `jobs_fetch_unqueued_idx`: due jobs of no named queue, in fetch order.
+ * - `jobs_fetch_unqueued_idx`: available jobs of no named queue, in fetch order.
  * - `jobs_fetch_queued_idx`: jobs of named queues, in fetch order, for the claim's short walk
  *   to their heads.
  * - `jobs_fetch_idx` goes: the two partial indexes hold the same entries between them, so an

@@ -92,6 +92,17 @@ describe('claims beside other claims and changes', () => {
     assert.ok(second.length >= 9 && second.every((id) => heads.includes(id)), `w-b takes the heads w-a's claim passed over: ${JSON.stringify(second)} of ${JSON.stringify(heads)}`);
   });
 
+  /** Claims of `size` by w-a and w-b, each left open, then by w-c beside them: the rows each got. */
+  async function threeClaimsAtOnce(size: number) {
+    await sql.query(`insert into job_queue.workers (id) values ('w-c')`);
+    await a.query('begin');
+    const first = (await a.query(CLAIM, [['work'], [], size, 'w-a', size])).rows;
+    await b.query('begin');
+    const second = (await b.query(CLAIM, [['work'], [], size, 'w-b', size])).rows;
+    const third = await c.query(CLAIM, [['work'], [], size, 'w-c', size]);
+    return { first, second, third };
+  }
+
   // Known gaps of the claim since migration 5 (docs/maintainers.md, "Claim locking"): the claim
   // beside comes up short until a NOTIFY or its worker's next poll. Kept as todo so that they
   // run, and say so, until the claim merges its two locking walks lazily.
@@ -112,25 +123,19 @@ describe('claims beside other claims and changes', () => {
   });
 
   it('claims beside two others that are taking the first heads take the next ones', { todo: KNOWN_GAP }, async () => {
-    await sql.query(`insert into job_queue.workers (id) values ('w-c')`);
     const heads = await add(9, 10, (n) => `q${n}`);
-    await a.query('begin');
-    assert.deepEqual(claimedIds((await a.query(CLAIM, [['work'], [], 3, 'w-a', 3])).rows), heads.slice(0, 3));
-    await b.query('begin');
-    assert.deepEqual(claimedIds((await b.query(CLAIM, [['work'], [], 3, 'w-b', 3])).rows), heads.slice(3, 6));
-    const third = await c.query(CLAIM, [['work'], [], 3, 'w-c', 3]);
+    const { first, second, third } = await threeClaimsAtOnce(3);
+    assert.deepEqual(claimedIds(first), heads.slice(0, 3));
+    assert.deepEqual(claimedIds(second), heads.slice(3, 6));
     assert.deepEqual(claimedIds(third.rows), heads.slice(6), 'w-c walks past the six heads the two claims beside it are taking, as the walk before migration 5 did');
     assert.equal(third.rows[0]?.candidate_count, 3, 'and does not report that nothing else waits');
   });
 
   it('claims beside two others that are taking the first unqueued jobs take the next ones, however many are taken ahead', async () => {
-    await sql.query(`insert into job_queue.workers (id) values ('w-c')`);
     const jobs = await add(30, 10, () => null);
-    await a.query('begin');
-    assert.deepEqual(claimedIds((await a.query(CLAIM, [['work'], [], 10, 'w-a', 10])).rows), jobs.slice(0, 10));
-    await b.query('begin');
-    assert.deepEqual(claimedIds((await b.query(CLAIM, [['work'], [], 10, 'w-b', 10])).rows), jobs.slice(10, 20));
-    const third = await c.query(CLAIM, [['work'], [], 10, 'w-c', 10]);
+    const { first, second, third } = await threeClaimsAtOnce(10);
+    assert.deepEqual(claimedIds(first), jobs.slice(0, 10));
+    assert.deepEqual(claimedIds(second), jobs.slice(10, 20));
     assert.deepEqual(claimedIds(third.rows), jobs.slice(20), 'w-c walks past the twenty jobs the two claims beside it are taking');
     assert.equal(third.rows[0]?.candidate_count, 10, 'and does not report that nothing else waits');
   });

@@ -260,7 +260,7 @@ export function createQueries(schema: string) {
           offset 0
         ) n
         cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.xmin as version, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags')}) h
-        where h.run_at <= now() and ${claimableHead('h', s)}
+        where h.run_at <= now() and ${claimable('h')}
       ),
       heads as materialized (
         select id, version, priority, run_at from walked_heads where not (select needed from enumerate)

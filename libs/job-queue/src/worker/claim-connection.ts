@@ -12,7 +12,8 @@ import { QUEUE_OWN_CONNECTIONS } from '../module/pool-size';
  *   indexes (jobs_fetch_unqueued_idx, jobs_fetch_queued_idx) in order and stops at its limit,
  *   probes each queue's head by jobs_queue_order_idx (with incremental sorts on, it served a
  *   head lookup from jobs_fetch_queued_idx, every queued job per head, when the statistics
- *   were taken before any queued job), and reaches the rows it locks and updates by id. On a table without statistics (just filled), the planner otherwise guesses that few
+ *   were taken before any queued job), and reaches the heads it locks, and the rows it
+ *   updates, by id. On a table without statistics (just filled), the planner otherwise guesses that few
  *   rows match and reads and sorts every due job at each claim; on statistics that say the
  *   table is empty (a vacuum after a drain) it reads the whole table to find 100 ids. Its few
  *   small sorts, of rows already found, stay: they have no alternative.

@@ -25,11 +25,14 @@ export interface ReleaseBatch {
   progress: Map<string, string>;
 }
 
-/**
- * Writes one batch; resolves with the ids it could not write yet because someone else holds
- * their row lock (`busy`), and those it wrote as cancelled (a cancel was recorded first).
- */
-export type FlushReleases = (batch: ReleaseBatch) => Promise<{ busy: string[]; cancelled: CancelledJob[] }>;
+/** What writing a batch gives back: the ids it could not write yet because someone else holds their row lock (`busy`), and those it wrote as cancelled (a cancel was recorded first). */
+export interface FlushWritten {
+  busy: string[];
+  cancelled: CancelledJob[];
+}
+
+/** Writes one batch. */
+export type FlushReleases = (batch: ReleaseBatch) => Promise<FlushWritten>;
 
 /** A job a flush wrote as cancelled, with the reason its cancel gave. */
 export interface CancelledJob {

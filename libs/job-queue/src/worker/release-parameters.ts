@@ -1,10 +1,10 @@
 import type { JobQueueDatabase } from '../module/job-queue-database';
-import type { CancelledJob, FlushReleases, ReleaseBatch } from './release-batcher';
+import type { FlushReleases, FlushWritten, ReleaseBatch } from './release-batcher';
 
 /** How worker `workerId` writes a flush of its ReleaseBatcher: sql releaseJobs, prepared (see its comment). */
 export function writeReleases(db: JobQueueDatabase, workerId: string, keepCompleted: boolean): FlushReleases {
   return async (batch) => {
-    const [written] = await db.run<{ busy: string[]; cancelled: CancelledJob[] }>('releaseJobs', releaseParameters(workerId, batch, keepCompleted));
+    const [written] = await db.run<FlushWritten>('releaseJobs', releaseParameters(workerId, batch, keepCompleted));
     return written;
   };
 }
