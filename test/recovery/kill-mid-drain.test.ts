@@ -134,4 +134,27 @@ describe('a worker process killed with SIGKILL', () => {
     await waitForNoJobs(sql);
     assert.deepEqual((await sql.query('select pid, attempt from runs where job_id = $1', [job.id])).rows, [{ pid: survivor.pid, attempt: 2 }]);
   });
+
+  it('a job its process started at its add (localStart) and was running when SIGKILLed runs again in another worker, the lost attempt counted', async () => {
+    const env = { HEARTBEAT_INTERVAL: '250', WORKER_TIMEOUT: '2000' };
+    const [victim] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: { ...env, ADD_AT_START: JSON.stringify({ identifier: 'nap', payload: { ms: 60_000 } }) } });
+    await waitFor('the victim to add its job', () => /^added \S+ \S+$/m.test(victim.output));
+    const [, id, state] = /^added (\S+) (\S+)$/m.exec(victim.output)!;
+    assert.equal(state, 'running', 'started at its add');
+    const { rows: held } = await sql.query('select locked_by, attempts, started_at is not null as started from job_queue.jobs where id = $1', [id]);
+    assert.deepEqual(held, [{ locked_by: victim.workerId, attempts: 1, started: true }]);
+    const [survivor] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env });
+    await victim.kill();
+    await waitFor('the job to be rescued', async () => {
+      const { rows } = await sql.query('select locked_by from job_queue.jobs where id = $1', [id]);
+      return rows[0].locked_by !== victim.workerId;
+    });
+    const { rows: rescued } = await sql.query('select attempts, last_error from job_queue.jobs where id = $1', [id]);
+    assert.equal(rescued[0].attempts, 1, 'the lost attempt counts');
+    assert.match(rescued[0].last_error, /^JQ_WORKER_LOST/);
+    // due now and short, so that the survivor runs it at once
+    await sql.query(`update job_queue.jobs set payload = '{"ms": 10}', run_at = now() where id = $1 and locked_by is null`, [id]);
+    await waitForNoJobs(sql);
+    assert.deepEqual((await sql.query('select pid, attempt from runs where job_id = $1', [id])).rows, [{ pid: survivor.pid, attempt: 2 }]);
+  });
 });

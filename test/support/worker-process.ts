@@ -16,6 +16,8 @@
  * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
  * the job id and the pid into the test's `ticks` table.
  * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
+ * ADD_AT_START (`{"identifier", "payload"}`: once ready, the process adds that job itself and
+ * prints `added <id> <state>`: a job its own worker may start at its add, localStart),
  * and the module's durations when set: HEARTBEAT_INTERVAL, WORKER_TIMEOUT, SHUTDOWN_GRACE
  * (ms). FLAGS_TABLE=1: the forbidden flags are read, at each claim, from the test's
  * `forbidden_flags` table (pid int, flag text), so a test can steer which process may
@@ -29,7 +31,7 @@ import { Cron, CronExpression } from '@nestjs/schedule';
 import { DataSource } from 'typeorm';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { JobQueueModule, JobQueueWorker, Task, type CronPayload, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
+import { JobQueueModule, JobQueueService, JobQueueWorker, Task, type CronPayload, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
 
 @Injectable()
 class ProcessTasks {
@@ -159,6 +161,11 @@ async function main() {
   const app = await NestFactory.createApplicationContext(WorkerProcessModule, { logger: ['error', 'warn'] });
   app.enableShutdownHooks();
   console.log(`ready ${app.get(JobQueueWorker).workerId}`);
+  if (process.env.ADD_AT_START) {
+    const { identifier, payload } = JSON.parse(process.env.ADD_AT_START) as { identifier: string; payload?: unknown };
+    const job = await app.get(JobQueueService).add(identifier as never, payload as never);
+    console.log(`added ${job.id} ${job.state}`);
+  }
 }
 main().catch((error) => {
   console.error(error);

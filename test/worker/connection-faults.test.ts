@@ -21,8 +21,9 @@ describe('connection faults', () => {
   before(async () => {
     db = await createTestDatabase('faults');
     sql = await connect(db.url);
-    // a poll interval far longer than the test: only a notification can wake the worker
-    t = await createTestApp({ url: db.url, providers: [FaultTasks], jobQueue: { pollInterval: 600_000 } });
+    // a poll interval far longer than the test: only a notification can wake the worker (and
+    // no job of this app starts without one: localStart off)
+    t = await createTestApp({ url: db.url, providers: [FaultTasks], jobQueue: { pollInterval: 600_000, localStart: false } });
     t.worker.events$.subscribe((e) => events.push(e));
   });
   after(async () => {

@@ -18,8 +18,8 @@ describe('a PostgreSQL restart under a running worker', () => {
   before(async () => {
     postgres = await PrivatePostgres.start();
     // a poll interval far longer than the test: jobs run only when a notification (or the
-    // catch-up after LISTEN reconnects) wakes the worker
-    t = await createTestApp({ url: postgres.url, providers: [RestartTasks], jobQueue: { pollInterval: 600_000 } });
+    // catch-up after LISTEN reconnects) wakes the worker, never at their add (localStart off)
+    t = await createTestApp({ url: postgres.url, providers: [RestartTasks], jobQueue: { pollInterval: 600_000, localStart: false } });
   });
   after(async () => {
     await t?.close();

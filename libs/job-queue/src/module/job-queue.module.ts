@@ -7,6 +7,7 @@ import { AmbientTransaction } from '../service/ambient-transaction';
 import { JobQueueService } from '../service/job-queue.service';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { JobWaiter } from '../service/job-waiter';
+import { LocalStart } from '../service/local-start';
 import { JobClsContext } from '../worker/job-cls-context';
 import { JobEventListeners } from '../worker/job-event-listeners';
 import { JobQueueWorker } from '../worker/job-queue.worker';
@@ -19,7 +20,7 @@ import { ConfigurableJobQueueModule, JOB_QUEUE_OPTIONS_TYPE } from './job-queue.
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueTelemetry, AmbientTransaction, JobClsContext, JobQueueService, JobQueueWorker, JobEventListeners, CronScheduler, JobQueueMaintenance],
+  providers: [JobQueueDatabase, TaskRegistry, JobWaiter, JobQueueTelemetry, AmbientTransaction, LocalStart, JobClsContext, JobQueueService, JobQueueWorker, JobEventListeners, CronScheduler, JobQueueMaintenance],
   // JobQueueDatabase and TaskRegistry for the optional integrations (dashboard, health), not for apps
   exports: [JobQueueService, JobQueueWorker, JobQueueMaintenance, JobQueueDatabase, TaskRegistry, JobClsContext],
 })

@@ -48,6 +48,13 @@ export interface JobQueueModuleOptions {
   migrationsRun?: boolean;
   /** Run a worker in this process. Default true; false makes a producer-only instance. */
   worker?: boolean;
+  /**
+   * A job this process adds outside a transaction, due now and in no named queue, starts in
+   * this process's worker when that worker runs its task and has a free slot with nothing
+   * claimed waiting: the insert claims it, so it starts without a NOTIFY and a claim. Default
+   * true; false sends every job through the table to whichever worker claims it first.
+   */
+  localStart?: boolean;
   /** How many jobs this process runs at once. Default 10, or fewer to fit the pool: its size − 3 (the queue's own connections), at least 1. */
   concurrency?: number;
   /** Milliseconds between polls for future, retried or unnotified jobs. Default 2000. */
@@ -108,6 +115,7 @@ export interface ResolvedJobQueueOptions {
   schema: string;
   migrationsRun: boolean;
   worker: boolean;
+  localStart: boolean;
   concurrency: number;
   pollInterval: number;
   shutdownGracePeriod: number;
@@ -182,7 +190,7 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
       }
     }
   }
-  for (const name of ['migrationsRun', 'worker', 'telemetry', 'vacuumJobs'] as const) {
+  for (const name of ['migrationsRun', 'worker', 'localStart', 'telemetry', 'vacuumJobs'] as const) {
     if (options[name] !== undefined && typeof options[name] !== 'boolean') {
       throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be a boolean`);
     }
@@ -202,6 +210,7 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
     schema: validateSchemaName(options.schema ?? 'job_queue'),
     migrationsRun: options.migrationsRun ?? true,
     worker: options.worker ?? true,
+    localStart: options.localStart ?? true,
     telemetry: options.telemetry ?? true,
     vacuumJobs: options.vacuumJobs ?? true,
     middleware,

@@ -12,7 +12,8 @@ import { JobWaiter } from './job-waiter';
 import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from './typed-tasks';
 import { addedJobs, type AddedRow } from './added-jobs';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
-import { toTraceColumns, traceValues } from '../telemetry/trace-context';
+import { toTraceColumns, traceValues, type TraceColumns } from '../telemetry/trace-context';
+import { LocalStart, type LocalSlot } from './local-start';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
 
 /** Filters and page of listJobs(). */
@@ -65,6 +66,7 @@ export class JobQueueService {
     private readonly waiter: JobWaiter,
     private readonly telemetry: JobQueueTelemetry,
     private readonly ambient: AmbientTransaction,
+    private readonly localStart: LocalStart,
   ) {}
 
   /**
@@ -78,6 +80,8 @@ export class JobQueueService {
     const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
       const trace = toTraceColumns(carrier);
       if (job.jobKey === null) {
+        const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
+        if (slot) return this.addStarted(job, trace, slot);
         const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags];
         return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', [...keyless, ...traceValues(trace)], manager), trace);
       }
@@ -88,6 +92,28 @@ export class JobQueueService {
       return rows.map((row) => toJob(row));
     });
     return added as Job<TaskPayload<Name>>;
+  }
+
+  /** A free slot of this process's worker for `job`, if it can start there at once (service/local-start.ts). */
+  private keepLocalSlot(job: ValidJob): LocalSlot | undefined {
+    if (job.queueName !== null || (job.runAt !== null && job.runAt.getTime() > Date.now())) return undefined;
+    return this.localStart.keepSlot(job.identifier, job.flags ?? []);
+  }
+
+  /** Inserts `job` claimed by the slot's worker (sql addJobStarted) and hands it over; returns the caller's copy. */
+  private async addStarted(job: ValidJob, trace: TraceColumns | null, slot: LocalSlot): Promise<Job[]> {
+    const values = [job.identifier, job.payloadJson, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), slot.workerId];
+    let rows: AddedRow[];
+    try {
+      rows = await this.db.run<AddedRow>('addJobStarted', values);
+    } catch (error) {
+      slot.free();
+      throw error;
+    }
+    if (rows[0]?.locked_by === slot.workerId) slot.start(addedJobs([job], rows, trace)[0]);
+    else slot.free();
+    // The caller's own copy: the handler may already be changing its payload.
+    return addedJobs([job], rows, trace);
   }
 
   /** Adds many jobs in one round trip and one NOTIFY; all are checked before any is written. */

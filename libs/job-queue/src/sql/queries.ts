@@ -109,6 +109,31 @@ export function createQueries(schema: string) {
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now())
       select inserted.id, inserted.run_at, inserted.created_at from inserted left join notified on true`,
+    /**
+     * addJobKeyless for a due job of no named queue that a worker of the adding process has
+     * kept a free slot for (service/local-start.ts): inserted already claimed by worker $10,
+     * attempt 1 started, as claimJobs would leave it, and without a NOTIFY, so that no other
+     * worker looks for it. If $10 has no row (the cluster declared it dead) or the job is not
+     * due, it is added as addJobKeyless adds it, NOTIFY included (`started` false).
+     * $1 identifier, $2 payload (json text), $3 run_at, $4 max_attempts, $5 priority,
+     * $6 flags, $7 $8 $9 the trace id, span id and trace flags, $10 the worker's id.
+     */
+    addJobStarted: `
+      with claimer as (
+        select exists (select 1 from ${s}.workers w where w.id = $10::text) and coalesce($3::timestamptz, now()) <= now() as takes
+      ),
+      inserted as (
+        insert into ${s}.jobs (task_identifier, payload, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags,
+                               attempts, locked_at, locked_by, started_at)
+        select $1::text, coalesce($2::jsonb, '{}'::jsonb), coalesce($3::timestamptz, now()), coalesce($4::integer, 25),
+               coalesce($5::integer, 0), coalesce($6::text[], '{}'), $7::uuid, $8::bigint, $9::smallint,
+               case when c.takes then 1 else 0 end, case when c.takes then now() end,
+               case when c.takes then $10::text end, case when c.takes then now() end
+        from claimer c
+        returning id, run_at, created_at, locked_by
+      ),
+      notified as (select pg_notify('${channel}', '') from inserted where locked_by is null and run_at <= now())
+      select inserted.id, inserted.run_at, inserted.created_at, inserted.locked_by from inserted left join notified on true`,
     /** addJob with $10 trace id, $11 span id, $12 trace flags of the span that adds it (telemetry/trace-context.ts): only when telemetry has one. */
     addJobTraced: `select ${jobColumns('j')} from ${s}.add_job_traced($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text, $10::uuid, $11::bigint, $12::smallint) j`,
 

@@ -4,6 +4,7 @@ import {
   type BeforeApplicationShutdown,
   type OnApplicationBootstrap,
 } from '@nestjs/common';
+import { AsyncResource } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { QueryResultRow } from 'pg';
@@ -17,6 +18,7 @@ import { JobQueueDatabase, type Statement } from '../module/job-queue-database';
 import type { Job } from '../service/job';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { JobQueueService } from '../service/job-queue.service';
+import { LocalStart, type LocalSlot } from '../service/local-start';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { backoffMs, sleep } from '../backoff';
 import type { JobQueueEvent } from './events';
@@ -105,6 +107,12 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private stopping = false;
   /** runUntilIdle() calls under way. */
   private idleRuns = 0;
+  /** Slots kept for jobs this process is adding (keepSlot): taken until their insert returns. */
+  private keptSlots = 0;
+  /** One per kept slot, settled when its insert returns: stop() waits for them. */
+  private readonly keptSlotsSettled = new Set<Promise<void>>();
+  /** The async context start() ran in, which claimed jobs inherit from its timers and listener: jobs started at their add run in it too. */
+  private ownScope = new AsyncResource('nestjs-job-queue worker');
 
   constructor(
     private readonly db: JobQueueDatabase,
@@ -112,6 +120,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     private readonly jobs: JobQueueService,
     private readonly telemetry: JobQueueTelemetry,
     private readonly clsContext: JobClsContext,
+    private readonly localStart: LocalStart,
   ) {
     this.prefetch = new PrefetchSizer(() => this.db.options.concurrency); // known once the pool is (onModuleInit)
     this.claims = new ClaimConnection(() => this.db.pool);
@@ -192,6 +201,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     if (this.started) return;
     this.started = true;
     this.stopping = false;
+    this.ownScope = new AsyncResource('nestjs-job-queue worker');
     this.listener = new NotifyListener(
       this.db.pool,
       [this.db.sql.channel, this.db.sql.cancelChannel],
@@ -203,6 +213,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     // The listener's first wake-up may have claimed before the row existed (claims need it), and found nothing.
     void this.wake();
     this.pollTimer = setInterval(() => void this.wake(), this.db.options.pollInterval);
+    if (this.db.options.localStart) this.localStart.offer(this);
     this.logger.log(
       `Worker ${this.id} started: concurrency ${this.db.options.concurrency}, tasks ${this.tasks.identifiers().join(', ') || '(none)'}`,
     );
@@ -357,7 +368,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.stopping = true;
     clearInterval(this.pollTimer);
     clearTimeout(this.retryTimer);
+    this.localStart.offer(undefined);
     await this.fetchChain;
+    await Promise.all(this.keptSlotsSettled);
 
     const settled = () => Promise.all([...this.running.values()].map((r) => r.done));
     const graceOver = new AbortController();
@@ -456,9 +469,52 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     return this.fetchChain;
   }
 
-  /** Slots taken: running handlers, including lost ones that have not settled. */
+  /** Slots taken: running handlers, including lost ones that have not settled, and slots kept for jobs being added. */
   private get busySlots(): number {
-    return this.running.size + this.lostRunning.size;
+    return this.running.size + this.lostRunning.size + this.keptSlots;
+  }
+
+  /**
+   * A slot for a job this process is adding (service/local-start.ts): given only while this
+   * worker runs its task, may take its flags, has a free slot and room under maxHeld, and
+   * holds no claimed job waiting nor knows of more in the table (those go first).
+   */
+  keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
+    if (!this.started || this.stopping || !this.registered || this.rejoining || !this.tasks.get(task)) return undefined;
+    if (this.prefetched.length > 0 || this.moreMayBeWaiting || this.busySlots >= this.db.options.concurrency) return undefined;
+    if (this.busySlots + this.batcher.unwritten >= maxHeld(this.db.options.concurrency)) return undefined;
+    if (flags.length > 0) {
+      const forbidden = this.db.options.forbiddenFlags;
+      // A function may answer differently by now: such a job goes through a claim, which asks it.
+      if (typeof forbidden === 'function' || forbidden?.some((flag) => flags.includes(flag))) return undefined;
+    }
+    const workerId = this.id;
+    this.keptSlots += 1;
+    let settle!: () => void;
+    const settled = new Promise<void>((resolve) => (settle = resolve));
+    this.keptSlotsSettled.add(settled);
+    const giveUp = () => {
+      this.keptSlots -= 1;
+      this.keptSlotsSettled.delete(settled);
+      settle();
+    };
+    return {
+      workerId,
+      start: (job) => {
+        giveUp();
+        // Fenced meanwhile: the job is locked by the old id, and the sweep's orphan rule frees it.
+        if (workerId !== this.id) return;
+        // Stopping: stop() waited for this insert, and gives the job back with the prefetched ones.
+        if (this.stopping) this.prefetched.push(job);
+        // Out of the adding caller's async context (its request's CLS, its active span), as a
+        // claimed job runs: in the worker's own, from its start().
+        else this.ownScope.runInAsyncScope(() => this.launch(job));
+      },
+      free: () => {
+        giveUp();
+        this.startPrefetched();
+      },
+    };
   }
 
   /**
@@ -474,7 +530,12 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       const headroom = maxHeld(this.db.options.concurrency) - (this.busySlots + this.prefetched.length + this.batcher.unwritten);
       this.heldBack = headroom <= 0;
       const room = Math.min(headroom, free + this.prefetch.target - this.prefetched.length);
-      if (room <= 0) break;
+      if (room <= 0) {
+        // Woken with no room (a NOTIFY while every slot is busy and nothing is to be
+        // prefetched): the job that woken us waits in the table, so the next free slot claims.
+        this.moreMayBeWaiting = true;
+        break;
+      }
       const claimedAs = this.id;
       let rows: ClaimedRow[];
       try {
