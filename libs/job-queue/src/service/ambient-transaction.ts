@@ -1,7 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { EntityManager } from 'typeorm';
-import { findInApp, loadOptionalPeer } from '../module/optional-peer';
+import { findInApp, loadedPeer } from '../module/optional-peer';
 
 interface TransactionHostLike {
   isTransactionActive(): boolean;
@@ -21,8 +21,8 @@ export class AmbientTransaction implements OnModuleInit {
   constructor(private readonly moduleRef: ModuleRef) {}
 
   onModuleInit(): void {
-    const plugin = loadOptionalPeer<{ TransactionHost: unknown }>('@nestjs-cls/transactional');
-    // installed, but perhaps without ClsPluginTransactional set up: then nothing changes
+    // Loaded only by an app that imports it, and even then perhaps without ClsPluginTransactional: then nothing changes
+    const plugin = loadedPeer<{ TransactionHost: unknown }>('@nestjs-cls/transactional');
     if (plugin) this.host = findInApp<TransactionHostLike>(this.moduleRef, plugin.TransactionHost);
   }
 

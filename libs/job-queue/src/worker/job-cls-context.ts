@@ -1,6 +1,6 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { findInApp, loadOptionalPeer } from '../module/optional-peer';
+import { findInApp, loadedPeer } from '../module/optional-peer';
 
 interface ClsServiceLike {
   run<T>(options: { ifNested: 'inherit' | 'reuse' | 'override' }, callback: () => T): T;
@@ -19,8 +19,8 @@ export class JobClsContext implements OnModuleInit {
   constructor(private readonly moduleRef: ModuleRef) {}
 
   onModuleInit(): void {
-    const cls = loadOptionalPeer<{ ClsService: unknown }>('nestjs-cls');
-    // installed, but perhaps without ClsModule imported: then handlers run as they are
+    // Loaded only by an app that imports it, and even then perhaps without ClsModule: then handlers run as they are
+    const cls = loadedPeer<{ ClsService: unknown }>('nestjs-cls');
     if (cls) this.cls = findInApp<ClsServiceLike>(this.moduleRef, cls.ClsService);
   }
 
