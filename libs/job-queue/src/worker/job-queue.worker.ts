@@ -29,6 +29,7 @@ import { ReleaseBatcher } from './release-batcher';
 import { writeReleases } from './release-parameters';
 import { defaultRetryDelayMs } from './retry-delay';
 import { PermanentJobError, SnoozeJob } from './handler-outcomes';
+import { WorkerAttemptContext } from './attempt-context';
 import { ClaimConnection } from './claim-connection';
 import { JobClsContext } from './job-cls-context';
 import { runAttempt } from './job-transaction';
@@ -583,6 +584,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
+  /** Every handler's ctx.addJob (one for all: it only passes the call on). */
+  private readonly addJob = ((identifier, ...args) => this.jobs.add(identifier, ...args)) as JobContext['addJob'];
+
   private launch(job: Job): void {
     const task = this.tasks.get(job.taskIdentifier)!;
     const entry = new RunningJob(job);
@@ -596,14 +600,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       this.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => this.batcher.reportProgress(job.id, written));
     };
-    const context = {
-      get signal() {
-        return entry.signal;
-      },
-      addJob: ((identifier, ...args) => this.jobs.add(identifier, ...args)) as JobContext['addJob'],
-      progress,
-      middleware: this.db.options.middleware,
-    };
+    const context = new WorkerAttemptContext(entry, this.addJob, progress, this.db.options.middleware);
     const workerId = this.id;
     const attempt = () =>
       runAttempt(task, job, context, this.db.dataSource, (manager, result) => this.completeInTransaction(manager, workerId, entry, result));

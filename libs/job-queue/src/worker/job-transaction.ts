@@ -20,7 +20,9 @@ export function runAttempt(
   if (!task.options.transaction) return runJob(task, job, context);
   return runInJobTransaction(
     dataSource,
-    (manager) => runJob(task, job, { ...context, addJob: addJobIn(manager, context.addJob), manager }),
+    // Each field named: the worker's context is a class, whose signal getter a spread would not copy.
+    (manager) =>
+      runJob(task, job, { signal: context.signal, addJob: addJobIn(manager, context.addJob), progress: context.progress, middleware: context.middleware, manager }),
     complete,
   );
 }

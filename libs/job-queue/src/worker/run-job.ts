@@ -1,8 +1,8 @@
-import { Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import type { JobContext } from '../decorators/job-context';
 import type { RegisteredTask } from '../decorators/task-registry';
 import type { Job } from '../service/job';
+import { handlerContext } from './attempt-context';
 import { withMiddleware, type JobMiddleware } from './job-middleware';
 
 /**
@@ -23,31 +23,8 @@ export interface RunJobContext {
 
 /** Calls the task's handler with its payload and context; never throws. */
 export async function runJob(task: RegisteredTask, job: Job, context: RunJobContext): Promise<JobOutcome> {
-  const { addJob, progress, middleware = [], manager } = context;
-  let logger: Logger | undefined;
-  const ctx: JobContext = {
-    job: {
-      id: job.id,
-      taskIdentifier: job.taskIdentifier,
-      attempts: job.attempts,
-      maxAttempts: job.maxAttempts,
-      queueName: job.queueName,
-      key: job.key,
-      runAt: job.runAt,
-      flags: job.flags,
-      createdAt: job.createdAt,
-    },
-    // Both made on first use: most handlers use neither (RunningJob.signal).
-    get logger() {
-      return (logger ??= new Logger(`${job.taskIdentifier}#${job.id}`));
-    },
-    get signal() {
-      return context.signal;
-    },
-    addJob,
-    progress,
-    manager,
-  };
+  const { middleware = [] } = context;
+  const ctx = handlerContext(job, context);
   try {
     if (middleware.length === 0) return { ok: true, result: await task.handler(job.payload, ctx) };
     const chain = withMiddleware(middleware, { ...ctx, task: task.identifier, payload: job.payload }, () => task.handler(job.payload, ctx));
