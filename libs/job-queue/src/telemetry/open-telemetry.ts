@@ -1,7 +1,11 @@
 import {
   context,
+  createNoopMeter,
   metrics,
   propagation,
+  ProxyTracer,
+  ProxyTracerProvider,
+  ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
   trace,
@@ -26,6 +30,12 @@ const SYSTEM = 'nestjs_job_queue';
 /** How long a reading of the queue's depth serves the gauges (a collection reads both). */
 const GAUGE_CACHE_MS = 1_000;
 
+/** What a ProxyTracerProvider hands spans to until an SDK registers a tracer provider: the API's no-op one. */
+const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
+
+/** A function a context manager's bind() would wrap: the no-op manager gives it back as it is. */
+const unbound = () => undefined;
+
 /** The destination of a job, as the messaging conventions name it: its named queue, else its task. */
 function destination(identifier: string, queueName: string | null): string {
   return queueName ?? identifier;
@@ -43,11 +53,18 @@ function errorType(error: unknown): string {
  * stored with the jobs, and a consumer span `process <destination>` per attempt, linked to it;
  * `messaging.process.duration` per attempt; counters of jobs completed, failed for good and
  * retried; gauges of the due jobs no worker holds and the age of the oldest. Without an SDK
- * the API hands out no-op spans and instruments, and nothing is stored with the jobs.
+ * the API hands out no-op spans and instruments, and nothing is stored with the jobs; an
+ * attempt then skips the span altogether (tracing()), and events are not counted.
  */
 export class OpenTelemetryBridge implements TelemetryBridge {
-  private readonly tracer: Tracer = trace.getTracer(TELEMETRY_NAME);
+  private readonly tracerProvider = trace.getTracerProvider();
+  private readonly tracer: Tracer = this.tracerProvider.getTracer(TELEMETRY_NAME); // as trace.getTracer() does
   private readonly meter: Meter = metrics.getMeter(TELEMETRY_NAME);
+  /**
+   * A meter got while no SDK had registered a meter provider stays a no-op for good (the API
+   * has no proxy for meters): then record() has nothing to do.
+   */
+  private readonly metering = this.meter !== createNoopMeter();
   private readonly duration: Histogram;
   private readonly completed: Counter;
   private readonly failed: Counter;
@@ -113,7 +130,23 @@ export class OpenTelemetryBridge implements TelemetryBridge {
     }
   }
 
-  async traceAttempt(job: Job, run: () => Promise<JobOutcome>): Promise<JobOutcome> {
+  traceAttempt(job: Job, run: () => Promise<JobOutcome>): Promise<JobOutcome> {
+    // As in an app without @opentelemetry/api: its span would be a no-op that no one sees.
+    return this.tracing() ? this.traceAttemptInSpan(job, run) : run();
+  }
+
+  /**
+   * Whether an attempt's span can matter, asked per attempt (an SDK may register later):
+   * false while our tracer still hands its spans to the API's no-op tracer (no SDK registered
+   * a tracer provider) and no context manager would carry the span into the handler (a
+   * no-op span there could still be seen as the active span).
+   */
+  private tracing(): boolean {
+    if (!(this.tracer instanceof ProxyTracer && this.tracerProvider instanceof ProxyTracerProvider)) return true;
+    return this.tracerProvider.getDelegate() !== NOOP_TRACER_PROVIDER || context.bind(ROOT_CONTEXT, unbound) !== unbound;
+  }
+
+  private async traceAttemptInSpan(job: Job, run: () => Promise<JobOutcome>): Promise<JobOutcome> {
     const links: Link[] = [];
     if (job.traceContext) {
       const producer = trace.getSpanContext(propagation.extract(context.active(), job.traceContext));
@@ -145,6 +178,7 @@ export class OpenTelemetryBridge implements TelemetryBridge {
   }
 
   record(event: JobQueueEvent): void {
+    if (!this.metering) return;
     if (event.type !== 'job:success' && event.type !== 'job:error' && event.type !== 'job:failed') return;
     const { job, durationMs } = event;
     const attributes: Attributes = {
