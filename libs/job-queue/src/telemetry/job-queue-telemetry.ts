@@ -16,6 +16,8 @@ export interface TelemetryBridge {
   traceAttempt(job: Job, run: () => Promise<JobOutcome>): Promise<JobOutcome>;
   /** Counts a worker event (completions, failures, retries, durations). */
   record(event: JobQueueEvent): void;
+  /** Whether record() counts anything (false for good when it was made without a meter provider). */
+  readonly counting: boolean;
   /** Stops reading the database for gauges (the app is closing). */
   close(): void;
 }
@@ -42,6 +44,11 @@ export class JobQueueTelemetry implements OnApplicationShutdown {
 
   get enabled(): boolean {
     return this.bridge !== undefined;
+  }
+
+  /** Whether record() counts events: the worker builds its per-job events only if they reach someone. */
+  get counting(): boolean {
+    return this.bridge?.counting ?? false;
   }
 
   traceAdd(destinations: Array<{ identifier: string; queueName: string | null }>, operation: 'add' | 'addMany', add: (carrier: TraceCarrier | null) => Promise<Job[]>): Promise<Job[]> {

@@ -64,7 +64,7 @@ export class OpenTelemetryBridge implements TelemetryBridge {
    * A meter got while no SDK had registered a meter provider stays a no-op for good (the API
    * has no proxy for meters): then record() has nothing to do.
    */
-  private readonly metering = this.meter !== createNoopMeter();
+  readonly counting = this.meter !== createNoopMeter();
   private readonly duration: Histogram;
   private readonly completed: Counter;
   private readonly failed: Counter;
@@ -178,7 +178,7 @@ export class OpenTelemetryBridge implements TelemetryBridge {
   }
 
   record(event: JobQueueEvent): void {
-    if (!this.metering) return;
+    if (!this.counting) return;
     if (event.type !== 'job:success' && event.type !== 'job:error' && event.type !== 'job:failed') return;
     const { job, durationMs } = event;
     const attributes: Attributes = {

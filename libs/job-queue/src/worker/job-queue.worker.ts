@@ -593,7 +593,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     if (job.startedAt === null) this.batcher.markStarted(job.id);
     const timeoutMs = task.timeoutMs ?? this.db.options.jobTimeout;
     if (timeoutMs !== undefined) entry.setTimeout(timeoutMs, (reason) => this.reportStuck(entry, reason));
-    this.emit({ type: 'job:start', job });
+    if (this.heard) this.emit({ type: 'job:start', job });
     const progress = (value: Parameters<typeof progressToJson>[0]) => {
       const json = progressToJson(value);
       if (entry.lost || entry.isSettled) return; // stray calls after the handler returned: its outcome has the last word
@@ -700,8 +700,10 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       try {
         const result = this.resultJson(job, outcome.result);
         this.batcher.complete({ id: job.id, result, progress });
-        this.emit({ type: 'job:success', job, result: outcome.result, durationMs });
-        this.emit({ type: 'job:complete', job });
+        if (this.heard) {
+          this.emit({ type: 'job:success', job, result: outcome.result, durationMs });
+          this.emit({ type: 'job:complete', job });
+        }
         return;
       } catch (error) {
         outcome = { ok: false, error }; // a result that cannot be stored fails the attempt
@@ -803,6 +805,15 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   reportError(during: Extract<JobQueueEvent, { type: 'worker:error' }>['during'], error: unknown): void {
     this.logger.warn(`${during} failed, retrying: ${errorMessage(error)}`);
     this.emit({ type: 'worker:error', workerId: this.id, during, error });
+  }
+
+  /**
+   * Whether an event reaches anyone: a subscriber of events$ (@OnJobEvent listeners are one),
+   * or telemetry's counters. The events every job has (start, success, complete) are built
+   * only then: most apps listen to none, and they were three objects per job.
+   */
+  private get heard(): boolean {
+    return this.events.observed || this.telemetry.counting;
   }
 
   /** Also used by the cron scheduler and maintenance, so that their events join the same stream. */
