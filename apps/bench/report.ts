@@ -157,6 +157,13 @@ function againstGraphile(config: BenchConfig, rounds: RoundResult[]): Row[] {
     other: values(rounds, (r) => r.theirs.latencyMs[mode]?.[p]),
     kind: 'latency',
   });
+  // Ours with localStart off (NOTIFY and a claim, as for a job added in another process) against graphile-worker's default.
+  const claimed = (p: keyof Latency): Row => ({
+    line: `latency add() → handler start, ${p} (ms), ours with localStart off`,
+    ours: values(rounds, (r) => r.ours.claimedLatencyMs?.[p]),
+    other: values(rounds, (r) => r.theirs.latencyMs.default?.[p]),
+    kind: 'latency',
+  });
   return [
     {
       line: `add() one at a time, ${config.addOneJobs} jobs (jobs/s)`,
@@ -176,6 +183,8 @@ function againstGraphile(config: BenchConfig, rounds: RoundResult[]): Row[] {
     latency('default', 'p99', ''),
     latency('batched', 'p50', ', graphile batched'),
     latency('batched', 'p99', ', graphile batched'),
+    claimed('p50'),
+    claimed('p99'),
   ];
 }
 

@@ -14,6 +14,8 @@ export interface QueueUnderTest {
   addMany(fromIndex: number, count: number): Promise<unknown>;
   countJobs(): Promise<number>;
   startWorker(mode: WorkerMode): Promise<{ stop(): Promise<void> }>;
+  /** nestjs-job-queue only: turns localStart on or off for the running worker (on by default). */
+  setLocalStart?(on: boolean): void;
   close(): Promise<void>;
   /** nestjs-job-queue only: what the job lifecycle's drains need (runLifecycleDrains). */
   readonly lifecycle?: LifecycleHooks;
@@ -37,6 +39,11 @@ export interface Latency {
 export interface SuiteResult {
   drainPerSecond: Partial<Record<WorkerMode, number>>;
   latencyMs: Partial<Record<WorkerMode, Latency>>;
+  /**
+   * nestjs-job-queue only: latency with localStart off, every job through NOTIFY and a claim:
+   * what a job added in another process (a producer-only replica) waits.
+   */
+  claimedLatencyMs?: Latency;
   /** nestjs-job-queue only: the drains beside drainPerSecond.default, which has the default retention. */
   lifecycle?: LifecycleResult;
 }
@@ -70,6 +77,12 @@ export async function runSuite(queue: QueueUnderTest, modes: WorkerMode[], confi
       await waitUntilNoJobs(queue);
       progress(`${queue.name}: latency, ${config.latencySamples} samples (${mode} mode)`);
       result.latencyMs[mode] = await measureLatency(queue, config.latencySamples);
+      if (queue.setLocalStart) {
+        progress(`${queue.name}: latency with localStart off, ${config.latencySamples} samples`);
+        queue.setLocalStart(false);
+        result.claimedLatencyMs = await measureLatency(queue, config.latencySamples);
+        queue.setLocalStart(true);
+      }
     } finally {
       await worker.stop();
     }

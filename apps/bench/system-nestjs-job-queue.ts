@@ -4,6 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
 import { JobQueueEntities, JobQueueMaintenance, JobQueueModule, JobQueueService, JobQueueWorker, Task, type RetentionOptions } from '../../libs/job-queue/src';
+import { LocalStart } from '../../libs/job-queue/src/service/local-start';
 import type { BenchConfig } from './config';
 import { HandlerProbe } from './handler-probe';
 import { SCHEMA, settleJobsTable, TASK } from './jobs-table';
@@ -64,6 +65,8 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
     countJobs: async () => (await dataSource.query<Array<{ count: number }>>(`select count(*)::int as count from ${SCHEMA}.jobs`))[0].count,
     // One mode only: the worker has no batching knobs. Started and stopped per drain.
     // With the maintenance rounds, as a worker started with its app runs them (its vacuums of jobs matter to long drains).
+    // The bench reaches into the module here: an app sets `localStart` in its options.
+    setLocalStart: (on) => app.get(LocalStart).offer(on ? worker : undefined),
     startWorker: async () => {
       await worker.start();
       maintenance.start();
