@@ -27,7 +27,7 @@ function pgCpu() { // ms of CPU used by all postgres processes so far (live ones
   const runOn = proto.runOn;
   proto.runOn = async function (c, st, v) { const t = performance.now(); try { return await runOn.call(this, c, st, v); } finally { if (st === 'claimJobs') events.push(['claim', t, performance.now(), v[2]]); else if (st === 'releaseJobs') events.push(['release', t, performance.now(), v[1].length]); } };
   await insertJobs(app.dataSource, N); await settleJobsTable(app.dataSource, { analyze: true });
-  const t0 = performance.now(); setTimeout(async () => { const r = await app.dataSource.query(`select pid, application_name from pg_stat_activity where application_name like 'nestjs-job-queue claims%'`); global.claimPid = r[0] && r[0].pid; global.claimCpu0 = pidCpu(global.claimPid); }, 300); const cpu0 = process.cpuUsage(); const pgcpu0 = pgCpu();
+  const t0 = performance.now(); setTimeout(async () => { const r = await app.dataSource.query(`select pid, application_name from pg_stat_activity where datname = current_database() and application_name = 'nestjs-job-queue claims ' || $1`, [process.pid]); global.claimPid = r[0] && r[0].pid; global.claimCpu0 = pidCpu(global.claimPid); }, 300); const cpu0 = process.cpuUsage(); const pgcpu0 = pgCpu();
   const w = await app.startWorker('default');
   while ((await app.countJobs()) > 0) await new Promise((r) => setTimeout(r, 20));
   const t1 = performance.now(); const claimCpu = pidCpu(global.claimPid) - global.claimCpu0; const cpu = process.cpuUsage(cpu0); const pgcpu = pgCpu() - pgcpu0;
