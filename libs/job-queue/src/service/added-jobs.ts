@@ -1,12 +1,13 @@
+import { dateOfEpochMicroseconds } from '../sql/epoch-microseconds';
 import { toJob, type Job, type JobRow } from './job';
 import type { TraceColumns } from '../telemetry/trace-context';
 import type { ValidJob } from './validate-job-spec';
 
-/** What sql addJobsBulk returns per job: what the database decided. */
+/** What sql addJobsBulk (addJobKeyless, addJobStarted) returns per job: what the database decided, times in epoch microseconds. */
 export interface AddedRow {
   id: string;
-  run_at: Date;
-  created_at: Date;
+  run_at_us: string | number;
+  created_at_us: string | number;
   /** addJobStarted only: the worker the insert claimed the job for, or null. */
   locked_by?: string | null;
 }
@@ -19,15 +20,16 @@ export interface AddedRow {
 export function addedJobs(jobs: readonly ValidJob[], rows: readonly AddedRow[], trace: TraceColumns | null): Job[] {
   return rows.map((row, index) => {
     const job = jobs[index];
+    const createdAt = dateOfEpochMicroseconds(row.created_at_us);
     const lockedBy = row.locked_by ?? null;
-    const claimedAt = lockedBy === null ? null : row.created_at;
+    const claimedAt = lockedBy === null ? null : createdAt;
     const full: JobRow = {
       id: row.id,
       task_identifier: job.identifier,
       queue_name: job.queueName,
       payload: JSON.parse(job.payloadJson),
       priority: job.priority ?? 0,
-      run_at: row.run_at,
+      run_at: dateOfEpochMicroseconds(row.run_at_us),
       attempts: lockedBy === null ? 0 : 1,
       max_attempts: job.maxAttempts ?? 25,
       last_error: null,
@@ -36,8 +38,8 @@ export function addedJobs(jobs: readonly ValidJob[], rows: readonly AddedRow[], 
       flags: job.flags ?? [],
       locked_at: claimedAt,
       locked_by: lockedBy,
-      created_at: row.created_at,
-      updated_at: row.created_at,
+      created_at: createdAt,
+      updated_at: createdAt,
       started_at: claimedAt,
       progress: null,
       errors: null,

@@ -4,6 +4,7 @@ import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
 import { queueHead } from './queue-head';
 import { createWorkerQueries } from './workers';
+import { epochMicroseconds } from './epoch-microseconds';
 
 /**
  * The columns of a job row that statements return, listed rather than `*`: a prepared
@@ -19,19 +20,18 @@ export const JOB_COLUMNS = [
 
 const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
 
+/** An add's new row's times (service/added-jobs.ts), from a CTE named `inserted`: whole epoch microseconds (sql/epoch-microseconds.ts). */
+const ADDED_TIMES = `${epochMicroseconds('inserted.run_at')} as run_at_us, ${epochMicroseconds('inserted.created_at')} as created_at_us`;
+
 /**
  * What the claim returns of each job (worker/claimed-job.ts makes the Job): only what the
  * worker does not know already, in the forms cheapest to read. Times are whole epoch
- * microseconds (an int8 is read at a fraction of the cost of a timestamptz's text; a float8
- * would depend on the session's extra_float_digits), the claim's own times (locked_at,
+ * microseconds (sql/epoch-microseconds.ts), the claim's own times (locked_at,
  * updated_at, a started_at it set) are one `claimed_at_us`, flags are null when empty;
  * locked_by is the worker, and cancel_requested_at is null (the claim skips cancelled jobs).
  * Reading the 24 columns of a job row took Node 10 µs a job, half of all the JavaScript a
  * trivial job costs.
  */
-const epochMicroseconds = (time: string) =>
-  // clamped to the range of a JS Date (±8.64e15 ms), so that '-infinity' (add_job takes it) is the earliest date rather than an int8 overflow failing every claim
-  `greatest(least(date_part('epoch', ${time}) * 1000000, 8.64e18), -8.64e18)::int8`;
 const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.payload, j.priority, j.attempts, j.max_attempts, j.last_error, j.key,
   j.revision, nullif(j.flags, '{}') as flags, j.progress, j.errors, j.trace_id, j.span_id, j.trace_flags,
   ${epochMicroseconds('j.run_at')} as run_at_us, ${epochMicroseconds('j.created_at')} as created_at_us,
@@ -108,7 +108,7 @@ export function createQueries(schema: string) {
         returning id, run_at, created_at
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now())
-      select inserted.id, inserted.run_at, inserted.created_at from inserted left join notified on true`,
+      select inserted.id, ${ADDED_TIMES} from inserted left join notified on true`,
     /**
      * addJobKeyless for a due job of no named queue that a worker of the adding process has
      * kept a free slot for (service/local-start.ts): inserted already claimed by worker $10,
@@ -133,7 +133,7 @@ export function createQueries(schema: string) {
         returning id, run_at, created_at, locked_by
       ),
       notified as (select pg_notify('${channel}', '') from inserted where locked_by is null and run_at <= now())
-      select inserted.id, inserted.run_at, inserted.created_at, inserted.locked_by from inserted left join notified on true`,
+      select inserted.id, ${ADDED_TIMES}, inserted.locked_by from inserted left join notified on true`,
     /** addJob with $10 trace id, $11 span id, $12 trace flags of the span that adds it (telemetry/trace-context.ts): only when telemetry has one. */
     addJobTraced: `select ${jobColumns('j')} from ${s}.add_job_traced($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text, $10::uuid, $11::bigint, $12::smallint) j`,
 
@@ -141,7 +141,7 @@ export function createQueries(schema: string) {
      * Many jobs without job keys in one statement: set-based, one NOTIFY.
      * $1..$7 are parallel arrays: identifiers, payloads (json text), queues, run_ats, max_attempts, priorities, flags (json text);
      * $8, $9, $10 the trace id, span id and trace flags of the span that adds them, or nulls.
-     * Returns only what the database decides (id, run_at, created_at), in the order given: the
+     * Returns only what the database decides (id, run_at_us, created_at_us), in the order given: the
      * rest of each new row is what the caller sent (service/added-jobs.ts), and sending it back
      * would cost more than the insert.
      */
@@ -164,7 +164,7 @@ export function createQueries(schema: string) {
         returning id, run_at, created_at
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
-      select inserted.id, inserted.run_at, inserted.created_at from inserted left join notified on true order by inserted.id`,
+      select inserted.id, ${ADDED_TIMES} from inserted left join notified on true order by inserted.id`,
 
     /** Many jobs, some with job keys: add_job per spec, in order, in one statement. The parameters of addJobsBulk but its trace, plus $8 keys, $9 key modes. */
     addJobsKeyed: `

@@ -1,4 +1,5 @@
 import { attemptErrorsOf, type Job, type JobProgress, type JobRow } from '../service/job';
+import { dateOfEpochMicroseconds as dateOf } from '../sql/epoch-microseconds';
 import { fromTraceColumns } from '../telemetry/trace-context';
 
 /** A row of sql claimJobs (CLAIMED_COLUMNS in sql/queries.ts): times in epoch microseconds. */
@@ -28,13 +29,6 @@ export interface ClaimedRow {
   started: boolean;
   candidate_count: number;
 }
-
-/**
- * A time the claim sent as whole epoch microseconds (an int8: a string, or a number where the
- * app parses int8 itself) as the Date its timestamptz text gives: the millisecond it falls in.
- * (date_part's float8 seconds are within a quarter of a microsecond, so the int8 is exact.)
- */
-const dateOf = (epochMicroseconds: string | number) => new Date(Math.floor(Number(epochMicroseconds) / 1000));
 
 /** The Job a claim of worker `workerId` returned, as toJob() would make it from the whole row. */
 export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: string): Job<Payload> {
