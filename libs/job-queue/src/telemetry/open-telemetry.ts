@@ -104,6 +104,8 @@ export class OpenTelemetryBridge implements TelemetryBridge {
     operation: 'add' | 'addMany',
     add: (carrier: TraceCarrier | null) => Promise<Job[]>,
   ): Promise<Job[]> {
+    // No SDK and no context manager: the span would be a no-op and nothing would be injected.
+    if (!this.tracing()) return add(null);
     const names = [...new Set(destinations.map((d) => destination(d.identifier, d.queueName)))];
     const name = names.length === 1 ? names[0] : '(many)';
     const attributes: Attributes = {
@@ -136,7 +138,7 @@ export class OpenTelemetryBridge implements TelemetryBridge {
   }
 
   /**
-   * Whether an attempt's span can matter, asked per attempt (an SDK may register later):
+   * Whether a span can matter, asked per add and per attempt (an SDK may register later):
    * false while our tracer still hands its spans to the API's no-op tracer (no SDK registered
    * a tracer provider) and no context manager would carry the span into the handler (a
    * no-op span there could still be seen as the active span).
