@@ -107,7 +107,7 @@ export class JobQueueService {
     try {
       rows = await this.db.run<AddedRow>('addJobStarted', values);
     } catch (error) {
-      slot.free();
+      slot.failed();
       throw error;
     }
     if (rows[0]?.locked_by === slot.workerId) slot.start(addedJobs([job], rows, trace)[0]);

@@ -7,8 +7,13 @@ export interface LocalSlot {
   readonly workerId: string;
   /** The insert committed the job claimed for `workerId`: run it here. */
   start(job: Job): void;
-  /** The insert failed, or left the job unclaimed (the worker's row was gone): the slot is free again. */
+  /** The insert left the job unclaimed (the worker's row was gone, or it was not due): the slot is free again. */
   free(): void;
+  /**
+   * The insert failed: the slot is free again, and the server may have committed it (a reply
+   * lost), locking a job for the worker that it does not know, as a claim whose reply was lost.
+   */
+  failed(): void;
 }
 
 /** What a worker offers: a slot for a due job of no named queue, or undefined when it cannot start one at once. */

@@ -93,7 +93,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private fetchChain: Promise<number> = Promise.resolve(0);
   private wakeQueued = false;
   private claimFailures = 0;
-  /** A claim failed after the server may have committed it: rows may be locked for us that we do not know. */
+  /** A claim, or an insert that claims at its add (keepSlot), failed after the server may have committed it: rows may be locked for us that we do not know. */
   private claimReplyLost = false;
   /** The last claim found as many candidates as it asked for: more jobs may be waiting. */
   private moreMayBeWaiting = false;
@@ -345,7 +345,9 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    * jobs locked for this worker that it does not know of. Runs in the fetch chain.
    */
   private async giveBackUnknown(): Promise<number> {
-    if (!this.claimReplyLost || this.stopping) return 0;
+    // An insert in flight may have committed a job locked for us whose reply has not come:
+    // left for the next heartbeat (keepSlot keeps no new slot meanwhile).
+    if (!this.claimReplyLost || this.stopping || this.keptSlots > 0) return 0;
     try {
       const { givenBack, busy } = await this.giveBackAllBut([...this.running.keys(), ...this.prefetched.map((job) => job.id)]);
       this.claimReplyLost = busy > 0; // a row someone has locked: try again at the next heartbeat
@@ -483,6 +485,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
     if (!this.started || this.stopping || !this.registered || this.rejoining || !this.tasks.get(task)) return undefined;
     if (this.prefetched.length > 0 || this.moreMayBeWaiting || this.busySlots >= this.db.options.concurrency) return undefined;
+    // A give-back of the rows locked for us that we do not know is due: it must not take the job of an insert in flight.
+    if (this.claimReplyLost) return undefined;
     if (this.busySlots + this.batcher.unwritten >= maxHeld(this.db.options.concurrency)) return undefined;
     if (flags.length > 0) {
       const forbidden = this.db.options.forbiddenFlags;
@@ -513,7 +517,14 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       },
       free: () => {
         giveUp();
-        this.startPrefetched();
+        // Called in the adding caller's async context: the jobs it starts run in the worker's own.
+        this.ownScope.runInAsyncScope(() => this.startPrefetched());
+      },
+      failed: () => {
+        giveUp();
+        // Given back at the next heartbeat if it committed (giveBackUnknown), as a claim whose reply was lost.
+        if (workerId === this.id) this.claimReplyLost = true;
+        this.ownScope.runInAsyncScope(() => this.startPrefetched());
       },
     };
   }
