@@ -163,6 +163,7 @@ async function main() {
   console.log(`ready ${app.get(JobQueueWorker).workerId}`);
   if (process.env.ADD_AT_START) {
     const { identifier, payload } = JSON.parse(process.env.ADD_AT_START) as { identifier: string; payload?: unknown };
+    await app.get(JobQueueWorker).runUntilIdle(); // the start's catch-up claim is done: the free slots are for adds
     const job = await app.get(JobQueueService).add(identifier as never, payload as never);
     console.log(`added ${job.id} ${job.state}`);
   }

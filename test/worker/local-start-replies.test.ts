@@ -63,6 +63,7 @@ describe('localStart and the replies of its insert', () => {
       providers: [ReplyTasks],
       jobQueue: { concurrency: 2, pollInterval: 600_000, heartbeatInterval: 100 },
     }));
+    await t.worker.runUntilIdle(); // no claim on its way: the start's catch-up is done
     jqdb = t.app.get(JobQueueDatabase);
     realRun = jqdb.run.bind(jqdb);
     const runPinned = t.worker.runPinned.bind(t.worker);
@@ -80,6 +81,7 @@ describe('localStart and the replies of its insert', () => {
     for (const open of gates.splice(0)) open();
     await waitFor('every job to finish', async () => (await sql.query(`select count(*)::int as n from job_queue.jobs`)).rows[0].n === 0);
     await waitFor('no give-back left to do', () => giveBackDone(t));
+    await t.worker.runUntilIdle(); // no claim on its way
     passThrough = false;
     seen.clear();
   });
@@ -141,7 +143,7 @@ describe('localStart and the replies of its insert', () => {
   it("an insert that fails hands its slot to a claimed job waiting for it, outside the adding caller's async context", async () => {
     // Fast jobs first, so that the worker claims ahead of its free slots (prefetch.ts).
     await t.jobs.addMany(Array.from({ length: 80 }, () => ({ identifier: 'quick' })));
-    await waitFor('the fast jobs to finish', async () => (await sql.query(`select count(*)::int as n from job_queue.jobs`)).rows[0].n === 0);
+    await t.worker.runUntilIdle();
     const running = await t.jobs.add('gated', { name: 'running' });
     assert.equal(running.state, 'running', 'started at its add: one slot left');
     const sent = deferred();

@@ -57,12 +57,14 @@ describe('localStart: a job added in a process whose worker has a free slot star
     }));
     t.worker.events$.subscribe((event) => events.push(event));
     notifications = await NotificationRecorder.listen(db.url, 'job_queue:jobs');
+    await t.worker.runUntilIdle(); // no claim on its way (its free slots are its own): the start's catch-up is done
   });
   afterEach(async () => {
     passThrough = true;
     for (const id of gates.keys()) open(id);
     await waitFor('every started job to finish', async () => (await sql.query(`select count(*)::int as n from job_queue.jobs where locked_by is not null`)).rows[0].n === 0);
     await sql.query('delete from job_queue.jobs');
+    await t.worker.runUntilIdle(); // claims woken by the last test's releases are done
     gates.clear();
     passThrough = false;
   });
@@ -72,7 +74,7 @@ describe('localStart: a job added in a process whose worker has a free slot star
   });
 
   it('starts at once: add() returns it running, its row was locked by the insert, and no worker was notified', async () => {
-    await notifications.barrier();
+    // No barrier first: nothing was notified yet, and its marker would wake the worker, whose claim on its way has the free slots.
     const job = await callerContext.run('request 1', () => t.jobs.add('gated', { n: 1 }));
     assert.equal(job.state, 'running');
     assert.equal(job.lockedBy, t.worker.workerId);
@@ -165,6 +167,7 @@ describe('localStart while the insert waits: the worker stops, or is declared de
 
   it('a stop that begins during the insert gives the job back unrun, its attempt returned, and a later worker runs it once', async () => {
     const app = await createTestApp({ url: db.url, providers: [GatedTasks], jobQueue: { pollInterval: 600_000 } });
+    await app.worker.runUntilIdle(); // the start's catch-up claim is done
     const events: JobQueueEvent[] = [];
     app.worker.events$.subscribe((event) => events.push(event));
     const hold = await holdInserts();
@@ -201,6 +204,7 @@ describe('localStart while the insert waits: the worker stops, or is declared de
     const events: JobQueueEvent[] = [];
     app.worker.events$.subscribe((event) => events.push(event));
     try {
+      await app.worker.runUntilIdle(); // the start's catch-up claim is done
       const deadId = app.worker.workerId;
       const hold = await holdInserts();
       const adding = app.jobs.add('gated', { n: 11 });

@@ -95,6 +95,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private claimFailures = 0;
   /** A claim, or an insert that claims at its add (keepSlot), failed after the server may have committed it: rows may be locked for us that we do not know. */
   private claimReplyLost = false;
+  /** A claim is on its way: it marks jobs started for the slots that were free when it began (keepSlot leaves them). */
+  private claiming = false;
   /** The last claim found as many candidates as it asked for: more jobs may be waiting. */
   private moreMayBeWaiting = false;
   /** The last fetch claimed nothing because the worker holds too many unwritten releases: the next written flush wakes it. */
@@ -480,13 +482,15 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   /**
    * A slot for a job this process is adding (service/local-start.ts): given only while this
    * worker runs its task, may take its flags, has a free slot and room under maxHeld, and
-   * holds no claimed job waiting nor knows of more in the table (those go first).
+   * holds no claimed job waiting nor knows of more in the table, nor claims (those go first).
    */
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
     if (!this.started || this.stopping || !this.registered || this.rejoining || !this.tasks.get(task)) return undefined;
     if (this.prefetched.length > 0 || this.moreMayBeWaiting || this.busySlots >= this.db.options.concurrency) return undefined;
     // A give-back of the rows locked for us that we do not know is due: it must not take the job of an insert in flight.
     if (this.claimReplyLost) return undefined;
+    // A claim on its way marks jobs started for the slots that were free when it began: they are theirs.
+    if (this.claiming) return undefined;
     if (this.busySlots + this.batcher.unwritten >= maxHeld(this.db.options.concurrency)) return undefined;
     if (flags.length > 0) {
       const forbidden = this.db.options.forbiddenFlags;
@@ -550,6 +554,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       }
       const claimedAs = this.id;
       let rows: ClaimedRow[];
+      this.claiming = true;
       try {
         const forbidden = await this.forbiddenFlags();
         rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [identifiers, forbidden, room, claimedAs, free]));
@@ -563,6 +568,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         clearTimeout(this.retryTimer);
         this.retryTimer = setTimeout(() => void this.wake(), backoffMs(this.claimFailures));
         break;
+      } finally {
+        this.claiming = false;
       }
       // Claimed while stop() began: given back by stop(). Claimed under an id fenced since: the sweep's orphan rule frees them.
       if (this.stopping || claimedAs !== this.id) break;
