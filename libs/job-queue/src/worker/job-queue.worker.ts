@@ -548,7 +548,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       const room = Math.min(headroom, free + this.prefetch.target - this.prefetched.length);
       if (room <= 0) {
         // Woken with no room (a NOTIFY while every slot is busy and nothing is to be
-        // prefetched): the job that woken us waits in the table, so the next free slot claims.
+        // prefetched): the job that woke us waits in the table, so the next free slot claims.
         this.moreMayBeWaiting = true;
         break;
       }
