@@ -90,16 +90,16 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
  * a CHECKPOINT, so that the load's writes are not flushed during it.
  */
 async function addHistory(dataSource: DataSource, rows: number): Promise<void> {
-  await dataSource.query(
-    `insert into ${SCHEMA}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
+  await dataSource.query(ADD_HISTORY_SQL, [TASK, rows]);
+  await dataSource.query(`vacuum analyze ${SCHEMA}.finished_jobs`);
+}
+
+/** The history's insert (addHistory; the history probes run it too): $1 the task, $2 how many rows. */
+export const ADD_HISTORY_SQL = `insert into ${SCHEMA}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
        state, result, progress, errors, last_error, worker_id, created_at, started_at, finished_at)
      select nextval(pg_get_serial_sequence('${SCHEMA}.jobs', 'id')), $1, null, jsonb_build_object('index', i), 0,
        t.finished_at - interval '20 milliseconds', 1, 25, null, '{}',
        'completed', null, null, null, null, 'bench-history-' || (i % 4), t.finished_at - interval '20 milliseconds',
        t.finished_at - interval '1 millisecond', t.finished_at
      from generate_series(1, $2::int) i
-     cross join lateral (select now() - interval '1 day' * ($2::int - i) / $2::int as finished_at) t`,
-    [TASK, rows],
-  );
-  await dataSource.query(`vacuum analyze ${SCHEMA}.finished_jobs`);
-}
+     cross join lateral (select now() - interval '1 day' * ($2::int - i) / $2::int as finished_at) t`;

@@ -26,14 +26,7 @@ const PAIRS = +(process.env.PAIRS || 20);
 const KINDS = (process.env.KINDS || 'empty,history').split(',');
 const { createSchema } = require('../../../dist/apps/bench/sql-limit');
 const { SCHEMA: S, TASK } = require('../../../dist/apps/bench/jobs-table');
-const HISTORY_SQL = `insert into ${S}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
-       state, result, progress, errors, last_error, worker_id, created_at, started_at, finished_at)
-     select nextval(pg_get_serial_sequence('${S}.jobs', 'id')), $1, null, jsonb_build_object('index', i), 0,
-       t.finished_at - interval '20 milliseconds', 1, 25, null, '{}',
-       'completed', null, null, null, null, 'bench-history-' || (i % 4), t.finished_at - interval '20 milliseconds',
-       t.finished_at - interval '1 millisecond', t.finished_at
-     from generate_series(1, $2::int) i
-     cross join lateral (select now() - interval '1 day' * ($2::int - i) / $2::int as finished_at) t`;
+const { ADD_HISTORY_SQL: HISTORY_SQL } = require('../../../dist/apps/bench/system-nestjs-job-queue');
 const config = readBenchConfig([], process.env);
 const TICK_MS = 10; // USER_HZ 100
 
