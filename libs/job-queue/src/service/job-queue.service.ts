@@ -80,10 +80,10 @@ export class JobQueueService {
     const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
       const trace = toTraceColumns(carrier);
       if (job.jobKey === null) {
+        const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace)];
         const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
-        if (slot) return this.addStarted(job, trace, slot);
-        const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags];
-        return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', [...keyless, ...traceValues(trace)], manager), trace);
+        if (slot) return this.addStarted(job, keyless, trace, slot);
+        return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const rows = trace
@@ -100,12 +100,11 @@ export class JobQueueService {
     return this.localStart.keepSlot(job.identifier, job.flags ?? []);
   }
 
-  /** Inserts `job` claimed by the slot's worker (sql addJobStarted) and hands it over; returns the caller's copy. */
-  private async addStarted(job: ValidJob, trace: TraceColumns | null, slot: LocalSlot): Promise<Job[]> {
-    const values = [job.identifier, job.payloadJson, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), slot.workerId];
+  /** Inserts `job` (addJobKeyless's values `keyless`) claimed by the slot's worker (sql addJobStarted) and hands it over; returns the caller's copy. */
+  private async addStarted(job: ValidJob, keyless: unknown[], trace: TraceColumns | null, slot: LocalSlot): Promise<Job[]> {
     let rows: AddedRow[];
     try {
-      rows = await this.db.run<AddedRow>('addJobStarted', values);
+      rows = await this.db.run<AddedRow>('addJobStarted', [...keyless, slot.workerId]);
     } catch (error) {
       slot.failed();
       throw error;

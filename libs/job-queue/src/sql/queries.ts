@@ -20,6 +20,15 @@ export const JOB_COLUMNS = [
 
 const jobColumns = (alias: string) => JOB_COLUMNS.map((column) => `${alias}.${column}`).join(', ');
 
+/**
+ * The columns a job without a key is inserted with, and their values from addJobKeyless's
+ * parameters ($1..$10), the table's defaults for what the caller left out: shared by
+ * addJobKeyless and addJobStarted.
+ */
+const KEYLESS_COLUMNS = 'task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags';
+const KEYLESS_VALUES = `$1::text, coalesce($2::jsonb, '{}'::jsonb), $3::text, coalesce($4::timestamptz, now()), coalesce($5::integer, 25),
+                coalesce($6::integer, 0), coalesce($7::text[], '{}'), $8::uuid, $9::bigint, $10::smallint`;
+
 /** An add's new row's times (service/added-jobs.ts), from a CTE named `inserted`: whole epoch microseconds (sql/epoch-microseconds.ts). */
 const ADDED_TIMES = `${epochMicroseconds('inserted.run_at')} as run_at_us, ${epochMicroseconds('inserted.created_at')} as created_at_us`;
 
@@ -102,33 +111,29 @@ export function createQueries(schema: string) {
         insert into ${s}.job_queues (queue_name) select $3::text where $3::text is not null on conflict do nothing
       ),
       inserted as (
-        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags)
-        values ($1::text, coalesce($2::jsonb, '{}'::jsonb), $3::text, coalesce($4::timestamptz, now()), coalesce($5::integer, 25),
-                coalesce($6::integer, 0), coalesce($7::text[], '{}'), $8::uuid, $9::bigint, $10::smallint)
+        insert into ${s}.jobs (${KEYLESS_COLUMNS})
+        values (${KEYLESS_VALUES})
         returning id, run_at, created_at
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now())
       select inserted.id, ${ADDED_TIMES} from inserted left join notified on true`,
     /**
      * addJobKeyless for a due job of no named queue that a worker of the adding process has
-     * kept a free slot for (service/local-start.ts): inserted already claimed by worker $10,
+     * kept a free slot for (service/local-start.ts): inserted already claimed by worker $11,
      * attempt 1 started, as claimJobs would leave it, and without a NOTIFY, so that no other
-     * worker looks for it. If $10 has no row (the cluster declared it dead) or the job is not
-     * due, it is added as addJobKeyless adds it, NOTIFY included (`started` false).
-     * $1 identifier, $2 payload (json text), $3 run_at, $4 max_attempts, $5 priority,
-     * $6 flags, $7 $8 $9 the trace id, span id and trace flags, $10 the worker's id.
+     * worker looks for it. If $11 has no row (the cluster declared it dead) or the job is not
+     * due, it is added as addJobKeyless adds it, NOTIFY included (`locked_by` null).
+     * $1..$10 are addJobKeyless's ($3 null: no named queue), $11 the worker's id.
      */
     addJobStarted: `
       with claimer as (
-        select exists (select 1 from ${s}.workers w where w.id = $10::text) and coalesce($3::timestamptz, now()) <= now() as takes
+        select exists (select 1 from ${s}.workers w where w.id = $11::text) and coalesce($4::timestamptz, now()) <= now() as takes
       ),
       inserted as (
-        insert into ${s}.jobs (task_identifier, payload, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags,
-                               attempts, locked_at, locked_by, started_at)
-        select $1::text, coalesce($2::jsonb, '{}'::jsonb), coalesce($3::timestamptz, now()), coalesce($4::integer, 25),
-               coalesce($5::integer, 0), coalesce($6::text[], '{}'), $7::uuid, $8::bigint, $9::smallint,
+        insert into ${s}.jobs (${KEYLESS_COLUMNS}, attempts, locked_at, locked_by, started_at)
+        select ${KEYLESS_VALUES},
                case when c.takes then 1 else 0 end, case when c.takes then now() end,
-               case when c.takes then $10::text end, case when c.takes then now() end
+               case when c.takes then $11::text end, case when c.takes then now() end
         from claimer c
         returning id, run_at, created_at, locked_by
       ),

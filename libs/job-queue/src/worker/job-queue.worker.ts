@@ -110,10 +110,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private stopping = false;
   /** runUntilIdle() calls under way. */
   private idleRuns = 0;
-  /** Slots kept for jobs this process is adding (keepSlot): taken until their insert returns. */
-  private keptSlots = 0;
-  /** One per kept slot, settled when its insert returns: stop() waits for them. */
-  private readonly keptSlotsSettled = new Set<Promise<void>>();
+  /** One per slot kept for a job this process is adding (keepSlot), settled when its insert returns: stop() waits for them. */
+  private readonly keptSlots = new Set<Promise<void>>();
   /** The async context start() ran in, which claimed jobs inherit from its timers and listener: jobs started at their add run in it too. */
   private ownScope = new AsyncResource('nestjs-job-queue worker');
 
@@ -349,7 +347,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private async giveBackUnknown(): Promise<number> {
     // An insert in flight may have committed a job locked for us whose reply has not come:
     // left for the next heartbeat (keepSlot keeps no new slot meanwhile).
-    if (!this.claimReplyLost || this.stopping || this.keptSlots > 0) return 0;
+    if (!this.claimReplyLost || this.stopping || this.keptSlots.size > 0) return 0;
     try {
       const { givenBack, busy } = await this.giveBackAllBut([...this.running.keys(), ...this.prefetched.map((job) => job.id)]);
       this.claimReplyLost = busy > 0; // a row someone has locked: try again at the next heartbeat
@@ -375,7 +373,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     clearTimeout(this.retryTimer);
     this.localStart.offer(undefined);
     await this.fetchChain;
-    await Promise.all(this.keptSlotsSettled);
+    await Promise.all(this.keptSlots);
 
     const settled = () => Promise.all([...this.running.values()].map((r) => r.done));
     const graceOver = new AbortController();
@@ -476,7 +474,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
 
   /** Slots taken: running handlers, including lost ones that have not settled, and slots kept for jobs being added. */
   private get busySlots(): number {
-    return this.running.size + this.lostRunning.size + this.keptSlots;
+    return this.running.size + this.lostRunning.size + this.keptSlots.size;
   }
 
   /**
@@ -498,14 +496,17 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       if (typeof forbidden === 'function' || forbidden?.some((flag) => flags.includes(flag))) return undefined;
     }
     const workerId = this.id;
-    this.keptSlots += 1;
     let settle!: () => void;
     const settled = new Promise<void>((resolve) => (settle = resolve));
-    this.keptSlotsSettled.add(settled);
+    this.keptSlots.add(settled);
     const giveUp = () => {
-      this.keptSlots -= 1;
-      this.keptSlotsSettled.delete(settled);
+      this.keptSlots.delete(settled);
       settle();
+    };
+    const free = () => {
+      giveUp();
+      // Called in the adding caller's async context: the jobs it starts run in the worker's own.
+      this.ownScope.runInAsyncScope(() => this.startPrefetched());
     };
     return {
       workerId,
@@ -519,16 +520,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         // claimed job runs: in the worker's own, from its start().
         else this.ownScope.runInAsyncScope(() => this.launch(job));
       },
-      free: () => {
-        giveUp();
-        // Called in the adding caller's async context: the jobs it starts run in the worker's own.
-        this.ownScope.runInAsyncScope(() => this.startPrefetched());
-      },
+      free,
       failed: () => {
-        giveUp();
         // Given back at the next heartbeat if it committed (giveBackUnknown), as a claim whose reply was lost.
         if (workerId === this.id) this.claimReplyLost = true;
-        this.ownScope.runInAsyncScope(() => this.startPrefetched());
+        free();
       },
     };
   }
