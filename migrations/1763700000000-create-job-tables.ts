@@ -1,6 +1,6 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { applyOnce, forget } from '../libs/job-queue/src/migrate/ledger';
-import { jobsChannel, quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
+import { applyOnce, forget } from './ledger';
+import { jobsChannel, quoteIdentifier } from './names';
 
 /**
  * The job tables and the SQL functions that triggers and plain SQL can call.

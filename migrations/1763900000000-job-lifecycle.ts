@@ -1,7 +1,35 @@
 import type { QueryRunner } from 'typeorm';
-import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from '../libs/job-queue/src/migrate/ledger';
-import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
-import { keepFinished, tellFinished } from '../libs/job-queue/src/sql/lifecycle';
+import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from './ledger';
+import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './names';
+
+/** The columns that differ by case when a job is kept in finished_jobs; the rest are copied. */
+interface KeptColumns {
+  state: string;
+  lastError: string;
+  workerId: string;
+  result?: string;
+}
+
+/**
+ * The insert that keeps the rows of CTE `source` ('name alias') in finished_jobs, and the
+ * waiters' notification of their ids: the library's statements as they were written with this
+ * migration (sql/lifecycle.ts's keepFinished and tellFinished), kept here unchanged.
+ */
+function keepFinished(s: string, source: string, columns: KeptColumns): string {
+  const f = source.split(' ').pop()!;
+  return `
+    insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
+      state, result, progress, errors, last_error, worker_id, created_at, started_at)
+    select ${f}.id, ${f}.task_identifier, ${f}.queue_name, ${f}.payload, ${f}.priority, ${f}.run_at, ${f}.attempts,
+      ${f}.max_attempts, ${f}.key, ${f}.flags, ${columns.state}, ${columns.result ?? 'null'}, ${f}.progress,
+      ${f}.errors, ${columns.lastError}, ${columns.workerId}, ${f}.created_at, ${f}.started_at
+    from ${source}
+    `;
+}
+
+const tellFinished = (finishedChannel: string, source: string) => `
+  select pg_notify('${finishedChannel}', case when length(ids) <= 7900 then ids else '*' end)
+  from (select string_agg(id::text, ',') as ids from ${source}) listed where ids is not null`;
 
 /**
  * The job lifecycle: finished jobs are kept, with their results, for a retention period.
@@ -34,7 +62,7 @@ export function createJobLifecycleMigration(schema: string): new () => JobQueueM
   const cancel = cancelChannel(schema).replace(/'/g, "''");
   const jobs = jobsChannel(schema).replace(/'/g, "''");
   // The insert into finished_jobs and the waiters' notification, as the library's own statements write them.
-  const keep = (source: string, columns: Parameters<typeof keepFinished>[2]) => keepFinished(s, source, columns);
+  const keep = (source: string, columns: KeptColumns) => keepFinished(s, source, columns);
   const told = (source: string) => tellFinished(finishedChannel(schema), source);
 
   return class JobLifecycle1763900000000 implements JobQueueMigration {

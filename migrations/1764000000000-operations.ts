@@ -1,6 +1,6 @@
 import type { QueryRunner } from 'typeorm';
-import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from '../libs/job-queue/src/migrate/ledger';
-import { quoteIdentifier } from '../libs/job-queue/src/sql/identifier';
+import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from './ledger';
+import { quoteIdentifier } from './names';
 
 /**
  * What operators look at: the dashboard, health and telemetry.

@@ -1,5 +1,5 @@
 import type { QueryRunner } from 'typeorm';
-import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from '../libs/job-queue/src/migrate/ledger';
+import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from './ledger';
 
 /**
  * The claim walks unqueued jobs and queued jobs apart (claimJobs in sql/queries.ts), so that

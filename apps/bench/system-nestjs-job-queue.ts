@@ -53,6 +53,7 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
   const app = await NestFactory.createApplicationContext(BenchModule, { logger: process.env.BENCH_LOGS ? undefined : false, abortOnError: false });
   const jobs = app.get(JobQueueService);
   const worker = app.get(JobQueueWorker);
+  let offeredSlots: LocalStart['offered'];
   const maintenance = app.get(JobQueueMaintenance);
   const dataSource = app.get(DataSource);
 
@@ -66,7 +67,11 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
     // One mode only: the worker has no batching knobs. Started and stopped per drain.
     // With the maintenance rounds, as a worker started with its app runs them (its vacuums of jobs matter to long drains).
     // The bench reaches into the module here: an app sets `localStart` in its options.
-    setLocalStart: (on) => app.get(LocalStart).offer(on ? worker : undefined),
+    setLocalStart: (on) => {
+      const localStart = app.get(LocalStart);
+      if (!on) offeredSlots = localStart.offered;
+      localStart.offer(on ? offeredSlots : undefined);
+    },
     startWorker: async () => {
       await worker.start();
       maintenance.start();

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { Injectable } from '@nestjs/common';
 import { Task, type JobQueueErrorCode, type JobSpec } from '../../libs/job-queue/src';
-import { MAX_JSON_BYTES_LIMIT } from '../../libs/job-queue/src/json';
+import { MAX_JSON_BYTES_LIMIT } from '../../libs/job-queue/src/core/json';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 

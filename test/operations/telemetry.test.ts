@@ -7,7 +7,7 @@ import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { MeterProvider, MetricReader, type DataPoint, type Histogram } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { Task, type JobContext } from '../../libs/job-queue/src';
-import { fromTraceColumns, toTraceColumns } from '../../libs/job-queue/src/telemetry/trace-context';
+import { fromTraceColumns, toTraceColumns } from '../../libs/job-queue/src/core/trace-context';
 import { closeTestApp, createTestApp, openTestApp, type TestAppContext } from '../support/app';
 import { waitFor } from '../support/wait';
 

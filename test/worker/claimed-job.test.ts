@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
-import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
+import { JobQueueDatabase } from '../../libs/job-queue/src/db/job-queue-database';
 import { ClaimConnection } from '../../libs/job-queue/src/worker/claim-connection';
 import { toClaimedJob, type ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
 import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { isJobQueueError, PermanentJobError, SnoozeJob, Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
-import { MAX_KEPT_ERRORS } from '../../libs/job-queue/src/sql/lifecycle';
+import { MAX_KEPT_ERRORS } from '../../libs/job-queue/src/sql/finished';
 import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
 import { waitFor } from '../support/wait';
 

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext } from '../../libs/job-queue/src';
-import { JobQueueDatabase, type Statement } from '../../libs/job-queue/src/module/job-queue-database';
+import { JobQueueDatabase, type Statement } from '../../libs/job-queue/src/db/job-queue-database';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { waitFor } from '../support/wait';
 

@@ -4,7 +4,8 @@ import { after, afterEach, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext } from '../../libs/job-queue/src';
-import { JobQueueDatabase, type Statement } from '../../libs/job-queue/src/module/job-queue-database';
+import { WorkerMembership } from '../../libs/job-queue/src/worker/membership';
+import { JobQueueDatabase, type Statement } from '../../libs/job-queue/src/db/job-queue-database';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { waitFor } from '../support/wait';
 
@@ -44,9 +45,10 @@ function deferred() {
  * The worker's state "a claim failed after the server may have committed it" (a claim whose
  * reply was lost): the next heartbeat gives back the rows locked for it that it does not know.
  */
-const markClaimReplyLost = (t: TestApp) => void ((t.worker as unknown as { claimReplyLost: boolean }).claimReplyLost = true);
+const producerOf = (t: TestApp) => (t.worker as unknown as { producer: { claimReplyLost: boolean } }).producer;
+const markClaimReplyLost = (t: TestApp) => void (producerOf(t).claimReplyLost = true);
 /** The give-back of rows locked for the worker that it does not know was done (jobs do not start at their add before: keepSlot). */
-const giveBackDone = (t: TestApp) => !(t.worker as unknown as { claimReplyLost: boolean }).claimReplyLost;
+const giveBackDone = (t: TestApp) => !producerOf(t).claimReplyLost;
 
 describe('localStart and the replies of its insert', () => {
   let db: TestDatabase;
@@ -66,12 +68,13 @@ describe('localStart and the replies of its insert', () => {
     await t.worker.runUntilIdle(); // no claim on its way: the start's catch-up is done
     jqdb = t.app.get(JobQueueDatabase);
     realRun = jqdb.run.bind(jqdb);
-    const runPinned = t.worker.runPinned.bind(t.worker);
-    t.worker.runPinned = (async (statement: Statement, values: unknown[]) => {
+    const membership = t.app.get(WorkerMembership);
+    const runPinned = membership.run.bind(membership);
+    membership.run = (async (statement: Statement, values: unknown[]) => {
       const rows = await runPinned(statement, values);
       if (statement === 'heartbeatWorker') heartbeats += 1;
       return rows;
-    }) as typeof t.worker.runPinned;
+    }) as typeof membership.run;
   });
   afterEach(async () => {
     for (const resolve of unresolved) resolve();

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { Task, type JobContext } from '../../libs/job-queue/src';
-import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
+import { JobQueueDatabase } from '../../libs/job-queue/src/db/job-queue-database';
 import { createTestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { waitForNoJobs } from '../support/wait';

@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
-import { JobQueueDatabase } from '../../libs/job-queue/src/module/job-queue-database';
-import { DEFAULT_MAX_JSON_BYTES, MAX_JSON_BYTES_LIMIT, toJsonText } from '../../libs/job-queue/src/json';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../../libs/job-queue/src/core/options';
+import { JobQueueDatabase } from '../../libs/job-queue/src/db/job-queue-database';
+import { DEFAULT_MAX_JSON_BYTES, MAX_JSON_BYTES_LIMIT, toJsonText } from '../../libs/job-queue/src/core/json';
 import { ReleaseBatcher } from '../../libs/job-queue/src/worker/release-batcher';
 import { writeReleases } from '../../libs/job-queue/src/worker/release-parameters';
-import { errorMessage, MAX_ERROR_MESSAGE_CHARS } from '../../libs/job-queue/src/worker/run-job';
+import { errorMessage, MAX_ERROR_MESSAGE_CHARS } from '../../libs/job-queue/src/core/job-outcome';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 
 /**
@@ -62,10 +63,10 @@ describe('a release of many large results', () => {
       values ('work', now(), 'huge-worker', now(), 1) returning id`);
     const [{ id }] = rows;
     const database = t.app.get(JobQueueDatabase);
-    assert.equal(database.options.maxJsonBytes, MAX_JSON_BYTES_LIMIT, 'the app starts with the largest maxJsonBytes');
+    assert.equal(t.app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS).maxJsonBytes, MAX_JSON_BYTES_LIMIT, 'the app starts with the largest maxJsonBytes');
     // [1,1,…,1]: 2 characters a number, each number about 12 bytes of jsonb (6 a character, the most there is)
     const numbers = MAX_JSON_BYTES_LIMIT / 2 - 1; // n numbers: 2n + 1 characters
-    const result = toJsonText(new Array<number>(numbers).fill(1), 'the result', database.options.maxJsonBytes, { notJson: 'JQ_RESULT_NOT_JSON', tooLarge: 'JQ_RESULT_TOO_LARGE' }, 'null');
+    const result = toJsonText(new Array<number>(numbers).fill(1), 'the result', t.app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS).maxJsonBytes, { notJson: 'JQ_RESULT_NOT_JSON', tooLarge: 'JQ_RESULT_TOO_LARGE' }, 'null');
     assert.equal(result.length, MAX_JSON_BYTES_LIMIT - 1, 'just under the limit, and let through');
     const errors: unknown[] = [];
     const batcher = new ReleaseBatcher(writeReleases(database, 'huge-worker', true), (error) => errors.push(error));

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent } from '../../libs/job-queue/src';
-import { MAX_KEPT_ERRORS } from '../../libs/job-queue/src/sql/lifecycle';
+import { MAX_KEPT_ERRORS } from '../../libs/job-queue/src/sql/finished';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor } from '../support/wait';

@@ -167,7 +167,7 @@ describe('transactional completion', () => {
     });
     await release(job.id);
     await settled;
-    await waitFor('the release to be written', () => (ctx.t.worker as unknown as { batcher: { idle: boolean } }).batcher.idle);
+    await waitFor('the release to be written', () => (ctx.t.worker as unknown as { state: { batcher: { idle: boolean } } }).state.batcher.idle);
     assert.deepEqual(await active(job.id), { locked_by: 'another-worker', attempts: 1 }, 'the row is as the other worker has it');
     assert.equal(await finished(job.id), undefined);
     assert.deepEqual(await writes(job.id), []);

@@ -3,8 +3,8 @@
 const { readBenchConfig } = require('../../../dist/apps/bench/config');
 const { recreateDatabase, dropDatabase } = require('../../../dist/apps/bench/database');
 const { openApp } = require('../../../dist/apps/bench/system-nestjs-job-queue');
-const { JobQueueDatabase } = require('../../../dist/libs/job-queue/src/module/job-queue-database');
-const { NotifyListener } = require('../../../dist/libs/job-queue/src/module/notify-listener');
+const { JobQueueDatabase } = require('../../../dist/libs/job-queue/src/db/job-queue-database');
+const { NotifyListener } = require('../../../dist/libs/job-queue/src/db/notify-listener');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 (async () => {
   const config = readBenchConfig([], process.env);

@@ -1,7 +1,7 @@
 import { CronTime } from 'cron';
-import { JobQueueError } from '../errors';
-import { validateJob } from '../service/validate-job-spec';
-import { parseDuration } from '../duration';
+import { JobQueueError } from '../core/errors';
+import { validateJob } from '../core/validate-job-spec';
+import { parseDuration } from '../core/duration';
 
 /** One recurring job: which task, when, and what its jobs carry. */
 export interface CronItem {

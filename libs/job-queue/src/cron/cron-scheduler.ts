@@ -1,10 +1,12 @@
-import { Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationBootstrap } from '@nestjs/common';
+import { Inject, Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationBootstrap } from '@nestjs/common';
 import type { PoolClient } from 'pg';
-import { TaskRegistry } from '../decorators/task-registry';
-import { JobQueueError } from '../errors';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import { JobQueueWorker } from '../worker/job-queue.worker';
-import { backoffMs } from '../backoff';
+import { TaskRegistry } from '../discovery/task-registry';
+import { JobQueueError } from '../core/errors';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { PinnedConnection } from '../db/pinned-connection';
+import { JobQueueEvents } from '../events/job-queue-events';
+import { backoffMs } from '../core/backoff';
 import { createCronItem, LATE_TICK_GRACE_MS, nextWakeAt, ticksBetween, ticksDue, type CronItem, type CronItemSpec } from './cron-item';
 import { parseCrontab } from './crontab-parser';
 
@@ -44,7 +46,9 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
   constructor(
     private readonly db: JobQueueDatabase,
     private readonly tasks: TaskRegistry,
-    private readonly worker: JobQueueWorker,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
+    private readonly pinned: PinnedConnection,
+    private readonly events: JobQueueEvents,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -89,7 +93,7 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
         source: task.location,
       });
     }
-    for (const spec of parseCrontab(this.db.options.crontab ?? '')) {
+    for (const spec of parseCrontab(this.options.crontab ?? '')) {
       const task = this.tasks.get(spec.task);
       if (!task) throw new JobQueueError('JQ_UNKNOWN_TASK', `${spec.source}: no @Task('${spec.task}') in this app`);
       const { queueName, priority, maxAttempts } = task.options;
@@ -132,7 +136,7 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
         }
       } catch (error) {
         failed = true;
-        this.worker.reportError('cron', error);
+        this.events.reportError(this.pinned.workerId, 'cron', error);
       }
     }
     this.failures = failed ? this.failures + 1 : 0;
@@ -181,6 +185,6 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
       `cron:${item.identifier}:${ts}`,
       item.priority ?? null,
     ]);
-    if (rows[0]) this.worker.emit({ type: 'cron:schedule', identifier: item.identifier, ts: tick, backfilled, jobId: String(rows[0].id) });
+    if (rows[0]) this.events.emit({ type: 'cron:schedule', identifier: item.identifier, ts: tick, backfilled, jobId: String(rows[0].id) });
   }
 }

@@ -1,7 +1,7 @@
 import JSON5 from 'json5';
-import { JobQueueError } from '../errors';
+import { JobQueueError } from '../core/errors';
 import type { CronItemSpec } from './cron-item';
-import { parseDuration } from '../duration';
+import { parseDuration } from '../core/duration';
 
 /**
  * Parses graphile-worker's crontab syntax, one schedule per line:

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { CronTime } from 'cron';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import { toJob, type Job, type JobRow } from '../service/job';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { toJob, type Job, type JobRow } from '../core/job';
 import { JobQueueService, type JobCountsReport } from '../service/job-queue.service';
 
 export interface MinuteCounts {

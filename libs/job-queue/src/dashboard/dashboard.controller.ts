@@ -1,8 +1,8 @@
 import { Controller, Get, Inject, NotFoundException, Param, Post, Query, Redirect, Req, Res, UseGuards } from '@nestjs/common';
-import { TaskRegistry } from '../decorators/task-registry';
-import { isJobQueueError } from '../errors';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import type { Job, JobState } from '../service/job';
+import { TaskRegistry } from '../discovery/task-registry';
+import { isJobQueueError } from '../core/errors';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import type { Job, JobState } from '../core/job';
 import { csrfToken, type HttpRequest } from './csrf';
 import { DashboardGuard } from './dashboard.guard';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';

@@ -1,7 +1,7 @@
 import { ForbiddenException, Inject, Injectable, type CanActivate, type ExecutionContext, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { isObservable, lastValueFrom } from 'rxjs';
-import { JobQueueError } from '../errors';
+import { JobQueueError } from '../core/errors';
 import { checkCsrf, type HttpRequest } from './csrf';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';
 

@@ -1,6 +1,6 @@
 import type { CanActivate, Type } from '@nestjs/common';
-import { JobQueueError } from '../errors';
-import type { Job } from '../service/job';
+import { JobQueueError } from '../core/errors';
+import type { Job } from '../core/job';
 
 export interface JobQueueDashboardOptions {
   /** Where the dashboard is mounted, under the app's global prefix. Default `queue`. */

@@ -1,5 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
-import type { JobQueueEventType } from '../worker/events';
+import type { JobQueueEventType } from '../core/events';
 
 export const ON_JOB_EVENT_METADATA = 'nestjs-job-queue:on-job-event';
 

@@ -1,4 +1,4 @@
-import type { JobQueueWorker } from '../worker/job-queue.worker';
+import type { PinnedConnection } from '../db/pinned-connection';
 
 const BATCH = 1_000;
 
@@ -8,10 +8,10 @@ const BATCH = 1_000;
  * worker of the previous version), and cancelled jobs a worker let go of (a give-back at
  * shutdown, a rescue). Workers write their own finished jobs; this catches the rest.
  */
-export async function finishLeftovers(worker: JobQueueWorker): Promise<number> {
+export async function finishLeftovers(pinned: PinnedConnection): Promise<number> {
   let total = 0;
   for (;;) {
-    const [row] = await worker.runPinned<{ moved: number }>('finishLeftovers', [BATCH]);
+    const [row] = await pinned.run<{ moved: number }>('finishLeftovers', [BATCH]);
     total += row.moved;
     if (row.moved < BATCH) return total;
   }

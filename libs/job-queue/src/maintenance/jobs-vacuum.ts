@@ -1,8 +1,9 @@
 import type { Logger } from '@nestjs/common';
 import { Client, type ClientConfig } from 'pg';
-import type { JobQueueDatabase } from '../module/job-queue-database';
+import type { JobQueueDatabase } from '../db/job-queue-database';
 import { quoteIdentifier } from '../sql/identifier';
-import type { JobQueueWorker } from '../worker/job-queue.worker';
+import type { PinnedConnection } from '../db/pinned-connection';
+import type { JobQueueEvents } from '../events/job-queue-events';
 
 /** Dead row versions of `jobs` that make a vacuum worth it: at least this many… */
 const MIN_DEAD_ROWS = 10_000;
@@ -47,18 +48,20 @@ export class JobsVacuum {
   private refused = false;
 
   constructor(
-    private readonly worker: JobQueueWorker,
+    private readonly pinned: PinnedConnection,
+    private readonly events: JobQueueEvents,
     private readonly db: JobQueueDatabase,
+    private readonly schema: string,
     private readonly logger: Logger,
   ) {}
 
   /** Starts a vacuum in the background if enough rows died since the last one, and none is running. */
   async startIfDue(): Promise<void> {
     if (this.running || this.refused) return;
-    const [state] = await this.worker.runPinned<VacuumState>('jobsVacuumState', []);
+    const [state] = await this.pinned.run<VacuumState>('jobsVacuumState', []);
     if (!state.may_vacuum) {
       this.refused = true;
-      this.logger.log(`The job queue's role may not VACUUM ${this.db.options.schema}.jobs (it needs to own it, or MAINTAIN on PostgreSQL 17+): its dead rows are left to autovacuum`);
+      this.logger.log(`The job queue's role may not VACUUM ${this.schema}.jobs (it needs to own it, or MAINTAIN on PostgreSQL 17+): its dead rows are left to autovacuum`);
       return;
     }
     // What our last vacuum left (rows a long transaction still held) is not counted as died
@@ -101,12 +104,12 @@ export class JobsVacuum {
     try {
       await client.connect();
       await client.query(`set statement_timeout = 0; set lock_timeout = 0`); // nor what the server or the role set
-      await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.db.options.schema)}.jobs`);
+      await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.schema)}.jobs`);
       const [state] = await this.db.runOn<VacuumState>(client, 'jobsVacuumState', []);
       this.leftByLast = state.dead_rows;
       this.vacuumsByLast = state.vacuums;
     } catch (error) {
-      if (this.client === client) this.worker.reportError('maintenance', error);
+      if (this.client === client) this.events.reportError(this.pinned.workerId, 'maintenance', error);
     } finally {
       if (this.client === client) this.client = undefined;
       await client.end().catch(() => undefined);

@@ -1,6 +1,8 @@
-import { Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationBootstrap } from '@nestjs/common';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import { JobQueueWorker } from '../worker/job-queue.worker';
+import { Inject, Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationBootstrap } from '@nestjs/common';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { PinnedConnection } from '../db/pinned-connection';
+import { JobQueueEvents } from '../events/job-queue-events';
 import { finishLeftovers } from './finisher';
 import { deleteExpiredJobs } from './history-cleaner';
 import { JobsVacuum } from './jobs-vacuum';
@@ -34,10 +36,12 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
   private readonly vacuum: JobsVacuum;
 
   constructor(
-    private readonly db: JobQueueDatabase,
-    private readonly worker: JobQueueWorker,
+    db: JobQueueDatabase,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
+    private readonly pinned: PinnedConnection,
+    private readonly events: JobQueueEvents,
   ) {
-    this.vacuum = new JobsVacuum(worker, db, this.logger);
+    this.vacuum = new JobsVacuum(pinned, events, db, options.schema, this.logger);
   }
 
   /** Whether this process held the lease at its last try. */
@@ -46,7 +50,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
   }
 
   onApplicationBootstrap(): void {
-    if (this.db.options.worker) this.start();
+    if (this.options.worker) this.start();
   }
 
   async beforeApplicationShutdown(): Promise<void> {
@@ -68,7 +72,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
     await this.vacuum.stop();
     if (this.leader) {
       // Let another replica take over at once rather than when the lease expires.
-      await this.worker.runPinned('dropLease', [MAINTENANCE_LEASE, this.worker.workerId]).catch(() => undefined);
+      await this.pinned.run('dropLease', [MAINTENANCE_LEASE, this.pinned.workerId]).catch(() => undefined);
       this.leader = false;
     }
   }
@@ -86,32 +90,32 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
     this.timer = setTimeout(() => {
       this.round = this.tick().finally(() => {
         // A little jitter keeps the replicas' tries from lining up.
-        this.schedule(this.db.options.heartbeatInterval * (0.9 + Math.random() * 0.2));
+        this.schedule(this.options.heartbeatInterval * (0.9 + Math.random() * 0.2));
       });
     }, delayMs);
   }
 
   private async tick(everything = false): Promise<void> {
     try {
-      const { workerTimeout } = this.db.options;
-      const held = await this.worker.runPinned('takeLease', [MAINTENANCE_LEASE, this.worker.workerId, workerTimeout]);
+      const { workerTimeout } = this.options;
+      const held = await this.pinned.run('takeLease', [MAINTENANCE_LEASE, this.pinned.workerId, workerTimeout]);
       const wasLeader = this.leader;
       this.leader = held.length > 0;
       if (this.leader !== wasLeader) {
-        this.logger.log(this.leader ? `${this.worker.workerId} is the maintenance leader` : `${this.worker.workerId} is no longer the maintenance leader`);
+        this.logger.log(this.leader ? `${this.pinned.workerId} is the maintenance leader` : `${this.pinned.workerId} is no longer the maintenance leader`);
       }
       if (!this.leader) return;
-      await rescueDeadWorkers(this.worker, workerTimeout, this.logger);
-      await finishLeftovers(this.worker);
+      await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger);
+      await finishLeftovers(this.pinned);
       // Half a round at most, so that the lease is renewed on time behind a big backlog.
-      await deleteExpiredJobs(this.worker, this.db.options.retention, this.db.options.heartbeatInterval / 2);
+      await deleteExpiredJobs(this.pinned, this.options.retention, this.options.heartbeatInterval / 2);
       if (everything || Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
-        await deleteIdleQueues(this.worker);
+        await deleteIdleQueues(this.pinned);
         this.lastQueueCleanup = Date.now();
       }
-      if (this.db.options.vacuumJobs) await this.vacuum.startIfDue();
+      if (this.options.vacuumJobs) await this.vacuum.startIfDue();
     } catch (error) {
-      this.worker.reportError('maintenance', error);
+      this.events.reportError(this.pinned.workerId, 'maintenance', error);
     }
   }
 }

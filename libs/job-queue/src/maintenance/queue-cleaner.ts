@@ -1,4 +1,4 @@
-import type { JobQueueWorker } from '../worker/job-queue.worker';
+import type { PinnedConnection } from '../db/pinned-connection';
 
 const BATCH = 1_000;
 
@@ -7,10 +7,10 @@ const BATCH = 1_000;
  * after batch, so that per-customer queues (`sync:customer-123`) do not pile up. Safe against
  * adds racing it: the claim creates a queue's row again when it locks the queue.
  */
-export async function deleteIdleQueues(worker: JobQueueWorker): Promise<number> {
+export async function deleteIdleQueues(pinned: PinnedConnection): Promise<number> {
   let total = 0;
   for (;;) {
-    const rows = await worker.runPinned('deleteIdleQueues', [BATCH]);
+    const rows = await pinned.run('deleteIdleQueues', [BATCH]);
     total += rows.length;
     if (rows.length < BATCH) return total;
   }

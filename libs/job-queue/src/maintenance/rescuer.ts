@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
-import type { JobQueueWorker } from '../worker/job-queue.worker';
+import type { PinnedConnection } from '../db/pinned-connection';
+import type { JobQueueEvents } from '../events/job-queue-events';
 
 /** Jobs released per statement: each sweep statement stays short. */
 const BATCH = 1_000;
@@ -18,13 +19,13 @@ interface RescuedJob {
  * `job:rescued` per job. `orphanMarginMs`: how old a lock must be before a lock whose worker
  * has no row is released.
  */
-export async function rescueDeadWorkers(worker: JobQueueWorker, orphanMarginMs: number, logger: Logger): Promise<number> {
+export async function rescueDeadWorkers(pinned: PinnedConnection, events: JobQueueEvents, orphanMarginMs: number, logger: Logger): Promise<number> {
   let total = 0;
   for (;;) {
-    const [row] = await worker.runPinned<{ rescued: RescuedJob[]; dead: string[]; freed_queues: number }>('rescueJobs', [BATCH, orphanMarginMs]);
+    const [row] = await pinned.run<{ rescued: RescuedJob[]; dead: string[]; freed_queues: number }>('rescueJobs', [BATCH, orphanMarginMs]);
     for (const id of row.dead) logger.warn(`Worker ${id} stopped heartbeating: declared dead`);
     for (const job of row.rescued) {
-      worker.emit({
+      events.emit({
         type: 'job:rescued',
         jobId: job.id,
         taskIdentifier: job.taskIdentifier,

@@ -1,7 +1,8 @@
 import { dateOfEpochMicroseconds } from '../sql/epoch-microseconds';
-import { toJob, type Job, type JobRow } from './job';
-import type { TraceColumns } from '../telemetry/trace-context';
-import type { ValidJob } from './validate-job-spec';
+import { toJob, type Job, type JobRow } from '../core/job';
+import { DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY } from '../core/job-defaults';
+import type { TraceColumns } from '../core/trace-context';
+import type { ValidJob } from '../core/validate-job-spec';
 
 /** What sql addJobsBulk (addJobKeyless, addJobStarted) returns per job: what the database decided, times in epoch microseconds. */
 export interface AddedRow {
@@ -28,10 +29,10 @@ export function addedJobs(jobs: readonly ValidJob[], rows: readonly AddedRow[], 
       task_identifier: job.identifier,
       queue_name: job.queueName,
       payload: JSON.parse(job.payloadJson),
-      priority: job.priority ?? 0,
+      priority: job.priority ?? DEFAULT_PRIORITY,
       run_at: dateOfEpochMicroseconds(row.run_at_us),
       attempts: lockedBy === null ? 0 : 1,
-      max_attempts: job.maxAttempts ?? 25,
+      max_attempts: job.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
       last_error: null,
       key: null,
       revision: 0,

@@ -1,5 +1,5 @@
 import { EntityManager, type DataSource } from 'typeorm';
-import { JobQueueError } from '../errors';
+import { JobQueueError } from '../core/errors';
 
 /**
  * A `manager` given to add(), addMany() or ctx.addJob() must be inside a transaction of the

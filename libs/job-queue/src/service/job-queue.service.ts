@@ -1,20 +1,22 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
-import { TaskRegistry } from '../decorators/task-registry';
-import { JobQueueError } from '../errors';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import { checkDuration } from '../duration';
-import { JOB_STATES, listStatements, type JobState } from '../sql/lifecycle';
+import { TaskRegistry } from '../discovery/task-registry';
+import { JobQueueError } from '../core/errors';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { checkDuration } from '../core/duration';
+import { JOB_STATES, type JobState } from '../core/job-state';
+import { listStatements } from '../sql/read';
 import { checkManager } from './check-manager';
-import { toJob, type Job, type JobRow, type JobSpec } from './job';
-import { AmbientTransaction } from './ambient-transaction';
+import { toJob, type Job, type JobRow, type JobSpec } from '../core/job';
+import { AmbientTransaction } from '../peers/ambient-transaction';
 import { JobWaiter } from './job-waiter';
-import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from './typed-tasks';
+import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from '../core/typed-tasks';
 import { addedJobs, type AddedRow } from './added-jobs';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
-import { toTraceColumns, traceValues, type TraceColumns } from '../telemetry/trace-context';
+import { toTraceColumns, traceValues, type TraceColumns } from '../core/trace-context';
 import { LocalStart, type LocalSlot } from './local-start';
-import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from './validate-job-spec';
+import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from '../core/validate-job-spec';
 
 /** Filters and page of listJobs(). */
 export interface ListJobsOptions {
@@ -62,6 +64,7 @@ export interface RescheduleOptions {
 export class JobQueueService {
   constructor(
     private readonly db: JobQueueDatabase,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
     private readonly tasks: TaskRegistry,
     private readonly waiter: JobWaiter,
     private readonly telemetry: JobQueueTelemetry,
@@ -331,12 +334,12 @@ export class JobQueueService {
    * The job entities must be registered in the DataSource (see the README).
    */
   jobRepository<Entity extends ObjectLiteral = ObjectLiteral>(): Repository<Entity> {
-    const { dataSource, options } = this.db;
-    const metadata = dataSource.entityMetadatas.find((m) => m.tablePath === `${options.schema}.jobs`);
+    const { dataSource } = this.db;
+    const metadata = dataSource.entityMetadatas.find((m) => m.tablePath === `${this.options.schema}.jobs`);
     if (!metadata) {
       throw new JobQueueError(
         'JQ_ENTITIES_NOT_REGISTERED',
-        `no entity for ${options.schema}.jobs in the DataSource: add JobQueueEntities (or createJobQueueEntities('${options.schema}')) to its entities`,
+        `no entity for ${this.options.schema}.jobs in the DataSource: add JobQueueEntities (or createJobQueueEntities('${this.options.schema}')) to its entities`,
       );
     }
     return dataSource.getRepository<Entity>(metadata.target);
@@ -356,9 +359,9 @@ export class JobQueueService {
         priority: rest.priority ?? defaults?.priority,
         maxAttempts: rest.maxAttempts ?? defaults?.maxAttempts,
       },
-      this.db.options.maxJsonBytes,
+      this.options.maxJsonBytes,
     );
-    const { externalTasks } = this.db.options;
+    const { externalTasks } = this.options;
     if (!task && externalTasks !== '*' && !externalTasks.has(job.identifier)) {
       throw new JobQueueError(
         'JQ_UNKNOWN_TASK',

@@ -1,8 +1,8 @@
 import { Injectable, type BeforeApplicationShutdown } from '@nestjs/common';
-import { JobQueueError, type JobQueueErrorCode } from '../errors';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import { NotifyListener } from '../module/notify-listener';
-import { toJob, type Job, type JobRow } from './job';
+import { JobQueueError, type JobQueueErrorCode } from '../core/errors';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { NotifyListener } from '../db/notify-listener';
+import { toJob, type Job, type JobRow } from '../core/job';
 
 /** A waitForJob() that ended without a result: JQ_JOB_FAILED or JQ_JOB_CANCELLED, with the job as it ended. */
 export class JobEndedError extends JobQueueError {

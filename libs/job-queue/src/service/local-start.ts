@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import type { Job } from './job';
+import type { Job } from '../core/job';
 
 /** A free slot of this process's worker, kept for one job while its insert runs. */
 export interface LocalSlot {
@@ -35,6 +35,11 @@ export class LocalStart {
 
   offer(starter: LocalStarter | undefined): void {
     this.starter = starter;
+  }
+
+  /** What the worker offers now, if anything. */
+  get offered(): LocalStarter | undefined {
+    return this.starter;
   }
 
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {

@@ -1,4 +1,4 @@
-import { cancelledError, keepFinished, tellFinished, withError } from './lifecycle';
+import { cancelledError, keepFinished, tellFinished, withError } from './finished';
 
 /**
  * The statements of the cluster's upkeep (maintenance/): the leader's lease, the sweep

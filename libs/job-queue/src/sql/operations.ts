@@ -1,4 +1,4 @@
-import { tellFinished } from './lifecycle';
+import { tellFinished } from './finished';
 import { queueHead } from './queue-head';
 
 /**

@@ -1,26 +1,11 @@
-import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import { loadOptionalPeer } from '../module/optional-peer';
-import type { Job } from '../service/job';
-import type { JobQueueEvent } from '../worker/events';
-import type { JobOutcome } from '../worker/run-job';
-
-/** A W3C trace context carrier, as propagators fill it; its `traceparent` is stored with the jobs (trace-context.ts). */
-export type TraceCarrier = Record<string, string>;
-
-/** What the core asks of a telemetry backend (open-telemetry.ts is the one there is). */
-export interface TelemetryBridge {
-  /** Runs an add inside a producer span; `add` gets the context to store with the jobs, or null. */
-  traceAdd(destinations: Array<{ identifier: string; queueName: string | null }>, operation: 'add' | 'addMany', add: (carrier: TraceCarrier | null) => Promise<Job[]>): Promise<Job[]>;
-  /** Runs one attempt inside a consumer span linked to the job's producer span. */
-  traceAttempt(job: Job, run: () => Promise<JobOutcome>): Promise<JobOutcome>;
-  /** Counts a worker event (completions, failures, retries, durations). */
-  record(event: JobQueueEvent): void;
-  /** Whether record() counts anything (false for good when it was made without a meter provider). */
-  readonly counting: boolean;
-  /** Stops reading the database for gauges (the app is closing). */
-  close(): void;
-}
+import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { loadOptionalPeer } from '../peers/optional-peer';
+import type { Job } from '../core/job';
+import type { JobQueueEvent } from '../core/events';
+import type { JobOutcome } from '../core/job-outcome';
+import type { TelemetryBridge, TraceCarrier } from './telemetry-bridge';
 
 /**
  * Telemetry as the core sees it: OpenTelemetry when the app has `@opentelemetry/api` (loaded
@@ -31,9 +16,10 @@ export interface TelemetryBridge {
 export class JobQueueTelemetry implements OnApplicationShutdown {
   private readonly bridge?: TelemetryBridge;
 
-  constructor(db: JobQueueDatabase) {
-    if (!db.options.telemetry) return;
+  constructor(@Inject(JOB_QUEUE_OPTIONS) options: ResolvedJobQueueOptions, db: JobQueueDatabase) {
+    if (!options.telemetry) return;
     if (!loadOptionalPeer('@opentelemetry/api')) return;
+    // required here, not imported: it imports @opentelemetry/api
     const { OpenTelemetryBridge } = require('./open-telemetry') as typeof import('./open-telemetry');
     this.bridge = new OpenTelemetryBridge(db);
   }

@@ -18,11 +18,11 @@ import {
   type ObservableGauge,
   type Tracer,
 } from '@opentelemetry/api';
-import type { JobQueueDatabase } from '../module/job-queue-database';
-import type { Job } from '../service/job';
-import type { JobQueueEvent } from '../worker/events';
-import type { JobOutcome } from '../worker/run-job';
-import type { TelemetryBridge, TraceCarrier } from './job-queue-telemetry';
+import type { JobQueueDatabase } from '../db/job-queue-database';
+import type { Job } from '../core/job';
+import type { JobQueueEvent } from '../core/events';
+import type { JobOutcome } from '../core/job-outcome';
+import type { TelemetryBridge, TraceCarrier } from './telemetry-bridge';
 
 /** The instrumentation scope, and `messaging.system` (a custom system, as the conventions allow). */
 export const TELEMETRY_NAME = 'nestjs-job-queue';

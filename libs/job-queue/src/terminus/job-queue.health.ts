@@ -1,8 +1,9 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { parseDuration } from '../duration';
-import { JobQueueError } from '../errors';
-import { JobQueueDatabase } from '../module/job-queue-database';
+import { parseDuration } from '../core/duration';
+import { JobQueueError } from '../core/errors';
+import { JobQueueDatabase } from '../db/job-queue-database';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 
 export interface JobQueueHealthOptions {
@@ -29,6 +30,7 @@ export class JobQueueHealthIndicator {
     private readonly health: HealthIndicatorService,
     private readonly db: JobQueueDatabase,
     private readonly worker: JobQueueWorker,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
   ) {}
 
   async isHealthy<const Key extends string = 'jobQueue'>(key: Key = 'jobQueue' as Key, options: JobQueueHealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
@@ -53,10 +55,10 @@ export class JobQueueHealthIndicator {
 
   /** This process's worker, judged by its own reports; 'disabled' in a producer-only app (`worker: false`). */
   private workerHealth(problems: string[]): Record<string, unknown> | 'disabled' {
-    if (!this.db.options.worker) return 'disabled';
+    if (!this.options.worker) return 'disabled';
     const status = this.worker.status();
     // two heartbeats missed: the database is slow or unreachable, or the event loop is blocked
-    const stale = 2 * this.db.options.heartbeatInterval + 1_000;
+    const stale = 2 * this.options.heartbeatInterval + 1_000;
     const heartbeatAgeMs = status.lastHeartbeatAt ? Date.now() - status.lastHeartbeatAt.getTime() : null;
     if (!status.running) problems.push('the worker is not running');
     else {

@@ -4,17 +4,19 @@
  * and drain the queue.
  */
 import type { INestApplicationContext } from '@nestjs/common';
-import { TaskRegistry } from '../decorators/task-registry';
-import { JobQueueError } from '../errors';
-import { JobQueueDatabase } from '../module/job-queue-database';
-import { toJob, type Job, type JobProgress, type JobRow, type JobState } from '../service/job';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { TaskRegistry } from '../discovery/task-registry';
+import { JobQueueError } from '../core/errors';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { toJob, type Job, type JobProgress, type JobRow, type JobState } from '../core/job';
+import { DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY } from '../core/job-defaults';
 import { JobQueueService } from '../service/job-queue.service';
-import type { TaskName, TaskPayload } from '../service/typed-tasks';
-import { toJsonText } from '../json';
+import type { TaskName, TaskPayload } from '../core/typed-tasks';
+import { toJsonText } from '../core/json';
 import { JobQueueWorker } from '../worker/job-queue.worker';
-import { JobClsContext } from '../worker/job-cls-context';
+import { JobClsContext } from '../peers/job-cls-context';
 import { runAttempt } from '../worker/job-transaction';
-import type { JobContext } from '../decorators/job-context';
+import type { JobContext } from '../core/job-context';
 
 export interface RunTaskOptions {
   /** The attempt the handler sees (ctx.job.attempts). Default 1. */
@@ -50,7 +52,8 @@ export async function runTask<Name extends TaskName, Result = unknown>(
   const now = new Date();
   const job: Job = {
     id: '0', state: 'running', taskIdentifier: identifier, queueName: task.options.queueName ?? null, payload,
-    priority: task.options.priority ?? 0, runAt: now, attempts: options.attempt ?? 1, maxAttempts: options.maxAttempts ?? task.options.maxAttempts ?? 25,
+    priority: task.options.priority ?? DEFAULT_PRIORITY, runAt: now, attempts: options.attempt ?? 1,
+    maxAttempts: options.maxAttempts ?? task.options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     lastError: null, key: null, revision: 0, flags: [], lockedAt: now, lockedBy: 'runTask', createdAt: now, updatedAt: now, startedAt: now,
     finishedAt: null, result: null, progress: null, errors: [], workerId: 'runTask', cancelRequestedAt: null, traceContext: null,
   };
@@ -60,7 +63,7 @@ export async function runTask<Name extends TaskName, Result = unknown>(
     signal: options.signal ?? new AbortController().signal,
     addJob: ((name, ...args) => jobs.add(name, ...args)) as JobContext['addJob'],
     progress: (value: JobProgress) => void progress.push(value),
-    middleware: db.options.middleware,
+    middleware: app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS).middleware,
   };
   // A transactional task gets its transaction, committed if the handler succeeds (there is no job row to complete).
   const attempt = () => runAttempt(task, job, context, db.dataSource, async () => {});
@@ -78,7 +81,7 @@ export async function findJobs<Name extends TaskName>(
   filter: { task: Name; payload?: Partial<TaskPayload<Name>> | Record<string, unknown>; state?: JobState },
 ): Promise<Job[]> {
   const db = app.get(JobQueueDatabase);
-  const payload = toJsonText(filter.payload ?? {}, 'findJobs payload', db.options.maxJsonBytes, { notJson: 'JQ_INVALID_PAYLOAD', tooLarge: 'JQ_PAYLOAD_TOO_LARGE' }, '{}');
+  const payload = toJsonText(filter.payload ?? {}, 'findJobs payload', app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS).maxJsonBytes, { notJson: 'JQ_INVALID_PAYLOAD', tooLarge: 'JQ_PAYLOAD_TOO_LARGE' }, '{}');
   const rows = await db.runPlannedEachTime<JobRow>('findJobsOfTask', [filter.task, payload]);
   return rows.map((row) => toJob(row)).filter((job) => filter.state === undefined || job.state === filter.state);
 }

@@ -1,14 +1,24 @@
 import { Logger } from '@nestjs/common';
-import type { JobContext } from '../decorators/job-context';
-import type { Job } from '../service/job';
-import type { JobMiddleware } from './job-middleware';
-import type { RunJobContext } from './run-job';
+import type { JobContext } from '../core/job-context';
+import type { Job } from '../core/job';
+import type { JobMiddleware } from '../core/middleware';
+import type { EntityManager } from 'typeorm';
 
 /*
  * The contexts of one attempt, made per job. Not object literals with getters: V8 makes each
  * such literal a dictionary-mode object through runtime calls (0.5 to 0.9 µs apiece in a
  * loop); with the two a job had, a drain took 6 of its 20 µs of Node CPU per job more.
  */
+
+/** What the worker (or runTask) gives a handler besides its job. */
+export interface RunJobContext {
+  signal: AbortSignal;
+  addJob: JobContext['addJob'];
+  progress: JobContext['progress'];
+  middleware?: readonly JobMiddleware[];
+  /** The attempt's transaction, for a `transaction: true` task. */
+  manager?: EntityManager;
+}
 
 /** What the handler context's getters read: the job, the worker's context, the logger once made. */
 interface Lazy {

@@ -1,5 +1,5 @@
 import type { Pool, PoolClient } from 'pg';
-import { QUEUE_OWN_CONNECTIONS } from '../module/pool-size';
+import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
 
 /**
  * The settings claims run with (the bench's SQL-limit line uses them too, as part of the claim):

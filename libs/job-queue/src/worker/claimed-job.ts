@@ -1,6 +1,6 @@
-import { attemptErrorsOf, type Job, type JobProgress, type JobRow } from '../service/job';
+import { attemptErrorsOf, type Job, type JobProgress, type JobRow } from '../core/job';
 import { dateOfEpochMicroseconds as dateOf } from '../sql/epoch-microseconds';
-import { fromTraceColumns } from '../telemetry/trace-context';
+import { fromTraceColumns } from '../core/trace-context';
 
 /** A row of sql claimJobs (CLAIMED_COLUMNS in sql/queries.ts): times in epoch microseconds. */
 export interface ClaimedRow {

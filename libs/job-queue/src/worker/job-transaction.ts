@@ -1,9 +1,11 @@
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import type { JobContext } from '../decorators/job-context';
-import { JobQueueError } from '../errors';
-import type { Job, JobSpec } from '../service/job';
-import type { RegisteredTask } from '../decorators/task-registry';
-import { runJob, type JobOutcome, type RunJobContext } from './run-job';
+import type { JobContext } from '../core/job-context';
+import { JobQueueError } from '../core/errors';
+import type { Job, JobSpec } from '../core/job';
+import type { RegisteredTask } from '../discovery/task-registry';
+import type { JobOutcome } from '../core/job-outcome';
+import type { RunJobContext } from './attempt-context';
+import { runJob } from './run-job';
 
 /**
  * Runs one attempt of `task`: its handler as it is, or, for a `transaction: true` task, inside

@@ -1,5 +1,5 @@
-import { backoffMs, sleep } from '../backoff';
-import { MAX_JSON_BYTES_LIMIT } from '../json';
+import { backoffMs, sleep } from '../core/backoff';
+import { MAX_JSON_BYTES_LIMIT } from '../core/json';
 
 /** A job that succeeded: its result as JSON text (null for none), and its last progress if not written yet. */
 export interface Completion {

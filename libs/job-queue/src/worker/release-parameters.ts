@@ -1,4 +1,4 @@
-import type { JobQueueDatabase } from '../module/job-queue-database';
+import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { FlushReleases, FlushWritten, ReleaseBatch } from './release-batcher';
 
 /** How worker `workerId` writes a flush of its ReleaseBatcher: sql releaseJobs, prepared (see its comment). */

@@ -1,5 +1,5 @@
-import type { Job } from '../service/job';
-import { JobQueueError } from '../errors';
+import type { Job } from '../core/job';
+import { JobQueueError } from '../core/errors';
 
 /**
  * A handler that has not settled this long after its signal was aborted (a timeout, the

@@ -1,5 +1,5 @@
 import { html, type Html } from '../html';
-import type { JobState } from '../../service/job';
+import type { JobState } from '../../core/job';
 
 /** "12 s ago", "in 3 min": how far `date` is from `now`, roughly. */
 export function relative(date: Date, now = Date.now()): string {

@@ -1,4 +1,4 @@
-import type { Job } from '../../service/job';
+import type { Job } from '../../core/job';
 import { html, type Html } from '../html';
 import { badge, duration, json, when } from './format';
 import { action, layout, type PageContext } from './layout';

@@ -1,5 +1,5 @@
-import type { Job } from '../../service/job';
-import { JOB_STATES } from '../../sql/lifecycle';
+import type { Job } from '../../core/job';
+import { JOB_STATES } from '../../core/job-state';
 import { html, query } from '../html';
 import { badge, when } from './format';
 import { layout, type PageContext } from './layout';

@@ -1,5 +1,5 @@
 import type { JobCounts, JobCountsReport } from '../../service/job-queue.service';
-import { JOB_STATES } from '../../sql/lifecycle';
+import { JOB_STATES } from '../../core/job-state';
 import type { BlockedQueue, MinuteCounts } from '../dashboard-reader';
 import { html, query } from '../html';
 import { minuteChart } from './chart';

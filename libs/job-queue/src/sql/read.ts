@@ -1,14 +1,12 @@
 /**
- * The statements that read jobs in either table and move them between states on request:
- * getJob, listJobs, countJobs, cancelJob, retryJobs. Unfinished jobs live in `jobs`; a job
+ * Reading jobs, beside the data path (add → row + NOTIFY → claim → run → release): getJob,
+ * getJobs, getJobsByKey, findJobsOfTask, listJobs, countJobs. Unfinished jobs live in `jobs`; a job
  * that completes, fails for good or is cancelled moves to `finished_jobs` (migration
  * JobLifecycle1763900000000). Reads put both tables in one shape, `state` included.
- * `s` is the quoted schema.
+ * `s` is the quoted schema. (Moving jobs between states on request: sql/admin.ts.)
  */
 
-export const JOB_STATES = ['waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'] as const;
-export type JobState = (typeof JOB_STATES)[number];
-export const FINISHED_STATES = ['completed', 'failed', 'cancelled'] as const;
+import { FINISHED_STATES, type JobState } from '../core/job-state';
 
 /**
  * The state of a row of `jobs`. The last two are rows that are done but not moved yet: a
@@ -49,48 +47,7 @@ const finishedColumns = (f: string) => `
 
 const MAX_BIGINT = '9223372036854775807';
 
-/**
- * The insert that keeps jobs deleted from `jobs` (rows of the CTE `source`, 'name alias', with the columns
- * of a jobs row) in finished_jobs: every statement that finishes jobs uses it. Expressions
- * may override the columns that differ by case; the rest are copied.
- */
-export function keepFinished(
-  s: string,
-  source: string,
-  columns: { state: string; lastError: string; workerId: string; result?: string; progress?: string; errors?: string; attempts?: string; startedAt?: string; where?: string },
-): string {
-  const f = source.split(' ').pop()!; // 'finished f': the alias
-  return `
-    insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
-      state, result, progress, errors, last_error, worker_id, created_at, started_at)
-    select ${f}.id, ${f}.task_identifier, ${f}.queue_name, ${f}.payload, ${f}.priority, ${f}.run_at, ${columns.attempts ?? `${f}.attempts`},
-      ${f}.max_attempts, ${f}.key, ${f}.flags, ${columns.state}, ${columns.result ?? 'null'}, ${columns.progress ?? `${f}.progress`},
-      ${columns.errors ?? `${f}.errors`}, ${columns.lastError}, ${columns.workerId}, ${f}.created_at, ${columns.startedAt ?? `${f}.started_at`}
-    from ${source}
-    ${columns.where ? `where ${columns.where}` : ''}`;
-}
-
-/** How many entries a job's `errors` keeps: the latest, one per failed attempt or snooze. */
-export const MAX_KEPT_ERRORS = 25;
-
-/**
- * The jsonb array `errors` (null for none) with `entry` appended, keeping only its latest
- * MAX_KEPT_ERRORS entries in order: a job snoozed or retried without end would otherwise grow
- * its row, and every read and release of it, without end. Every statement that records an
- * attempt's error uses it.
- */
-export const withError = (errors: string, entry: string) =>
-  `jsonb_path_query_array(coalesce(${errors}, '[]'::jsonb) || ${entry}, '$[last - ${MAX_KEPT_ERRORS - 1} to last]')`;
-
-/** The last error of a cancelled job, from the row `r`. */
-export const cancelledError = (r: string) => `'JQ_JOB_CANCELLED: ' || coalesce(${r}.cancel_reason, 'cancelled')`;
-
-/** Tells waiters (waitForJob) the ids of the rows of CTE `source`, in one notification ('*' when too many to list). */
-export const tellFinished = (finishedChannel: string, source: string) => `
-  select pg_notify('${finishedChannel}', case when length(ids) <= 7900 then ids else '*' end)
-  from (select string_agg(id::text, ',') as ids from ${source}) listed where ids is not null`;
-
-export function createLifecycleQueries(s: string) {
+export function createReadQueries(s: string) {
   /** $1 task or null, $2 queue or null, $3 cursor id or null, $4 limit. Newest first. */
   const listActive = (state: JobState | null) => `
     select ${activeColumns('j')} from ${s}.jobs j
@@ -178,15 +135,6 @@ export function createLifecycleQueries(s: string) {
       from ${s}.finished_counts
       group by 1, 2, 3
       having sum(count) <> 0`,
-
-    /** $1 id, $2 reason: see cancel_job() in the migration. */
-    cancelJob: `select outcome, state from ${s}.cancel_job($1::bigint, $2::text)`,
-
-    /** $1 ids: see retry_jobs() in the migration. */
-    retryJobs: `select id::text from ${s}.retry_jobs($1::bigint[])`,
-
-    /** $1 worker: the jobs it holds whose cancel was requested (the heartbeat's catch-up for a lost notification). */
-    cancelledJobsOf: `select id::text from ${s}.jobs where locked_by = $1 and cancel_requested_at is not null`,
   };
 }
 
@@ -198,4 +146,4 @@ export function listStatements(state: JobState | null, ofTask: boolean): { activ
   return (FINISHED_STATES as readonly JobState[]).includes(state) ? { finished: ofTaskIf(name) } : { active: name as ListStatement };
 }
 
-export type ListStatement = Extract<keyof ReturnType<typeof createLifecycleQueries>, `listJobs${string}`>;
+export type ListStatement = Extract<keyof ReturnType<typeof createReadQueries>, `listJobs${string}`>;

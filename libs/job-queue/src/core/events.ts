@@ -1,4 +1,4 @@
-import type { Job, JobProgress } from '../service/job';
+import type { Job, JobProgress } from './job';
 
 /** What happens in a worker, as an RxJS Observable: `worker.events$`. */
 export type JobQueueEvent =

@@ -1,10 +1,10 @@
 import type { DataSource, DataSourceOptions } from 'typeorm';
-import { checkDuration, DAY_MS } from '../duration';
-import { DEFAULT_MAX_JSON_BYTES, MAX_JSON_BYTES_LIMIT } from '../json';
-import { JobQueueError } from '../errors';
-import { validateTaskIdentifier } from '../service/validate-job-spec';
-import { validateSchemaName } from '../sql/identifier';
-import type { JobMiddleware } from '../worker/job-middleware';
+import { checkDuration, DAY_MS } from './duration';
+import { DEFAULT_MAX_JSON_BYTES, MAX_JSON_BYTES_LIMIT } from './json';
+import { JobQueueError } from './errors';
+import { validateTaskIdentifier } from './validate-job-spec';
+import { validateSchemaName } from './schema-name';
+import type { JobMiddleware } from './middleware';
 
 type PostgresDataSourceOptions = Extract<DataSourceOptions, { type: 'postgres' }>;
 
@@ -111,12 +111,21 @@ export interface JobQueueModuleOptions {
   vacuumJobs?: boolean;
 }
 
+/** The token of the resolved options (what every part of the library reads), provided once by the module. */
+export const JOB_QUEUE_OPTIONS = Symbol('nestjs-job-queue resolved options');
+
+/** The module's options, checked and with their defaults, frozen: nothing changes them after startup. */
 export interface ResolvedJobQueueOptions {
   schema: string;
+  /** Where the DataSource comes from, as given (db/job-queue-database.ts finds it). */
+  dataSource?: DataSource;
+  dataSourceName?: string;
+  connection?: Omit<PostgresDataSourceOptions, 'type'>;
   migrationsRun: boolean;
   worker: boolean;
   localStart: boolean;
-  concurrency: number;
+  /** As given; when not given, the worker sizes it to the pool it finds (db/pool-size.ts concurrencyForPool). */
+  concurrency?: number;
   pollInterval: number;
   shutdownGracePeriod: number;
   heartbeatInterval: number;
@@ -164,7 +173,7 @@ function durationOption(name: string, value: unknown, fallback: number | undefin
 }
 
 /** Checks the module options once, at startup, and fills in the defaults. */
-export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueueOptions {
+export function resolveOptions(options: JobQueueModuleOptions): Readonly<ResolvedJobQueueOptions> {
   const { forbiddenFlags, crontab, externalTasks = [] } = options;
   if (
     forbiddenFlags !== undefined &&
@@ -203,7 +212,10 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
       `workerTimeout (${workerTimeout} ms) must be at least twice heartbeatInterval (${heartbeatInterval} ms), so that one late heartbeat does not make a worker dead`,
     );
   }
-  return {
+  return Object.freeze({
+    dataSource: options.dataSource,
+    dataSourceName: options.dataSourceName,
+    connection: options.connection,
     heartbeatInterval,
     workerTimeout,
     jobTimeout: durationOption('jobTimeout', options.jobTimeout, undefined, 1),
@@ -214,13 +226,13 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
     telemetry: options.telemetry ?? true,
     vacuumJobs: options.vacuumJobs ?? true,
     middleware,
-    concurrency: positiveInteger('concurrency', options.concurrency, 10, 1000),
+    concurrency: options.concurrency === undefined ? undefined : positiveInteger('concurrency', options.concurrency, 10, 1000),
     pollInterval: positiveInteger('pollInterval', options.pollInterval, 2000, 3_600_000),
     shutdownGracePeriod: positiveInteger('shutdownGracePeriod', options.shutdownGracePeriod, 5000, 3_600_000),
     forbiddenFlags,
     crontab,
     externalTasks: externalTasks === '*' ? '*' : new Set(externalTasks),
-    retention: resolveRetention(options.retention),
+    retention: Object.freeze(resolveRetention(options.retention)),
     maxJsonBytes: positiveInteger(
       'maxJsonBytes',
       options.maxJsonBytes,
@@ -228,5 +240,5 @@ export function resolveOptions(options: JobQueueModuleOptions): ResolvedJobQueue
       MAX_JSON_BYTES_LIMIT,
       ` (${MAX_JSON_BYTES_LIMIT / 1_048_576} MiB: the most JSON one release can write)`,
     ),
-  };
+  });
 }

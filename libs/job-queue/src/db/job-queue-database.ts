@@ -3,14 +3,12 @@ import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { ClientBase, Pool, QueryResultRow } from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
-import { createJobQueueMigrations } from '../migrations';
+import { createJobQueueMigrations } from './migrations';
 import { createJobQueueEntities, JobQueueEntities } from '../entities/job-queue-entities';
-import { JobQueueError } from '../errors';
-import { runJobQueueMigrations } from '../migrate/run-migrations';
+import { JobQueueError } from '../core/errors';
+import { runJobQueueMigrations } from './run-migrations';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
-import { JOB_QUEUE_MODULE_OPTIONS } from './job-queue.module-definition';
-import { concurrencyForPool } from './pool-size';
-import { resolveOptions, type JobQueueModuleOptions, type ResolvedJobQueueOptions } from './job-queue.options';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 
 /** The name of a statement of sql/queries.ts. */
 export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel'>;
@@ -23,7 +21,6 @@ export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChan
 @Injectable()
 export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('JobQueue');
-  readonly options: ResolvedJobQueueOptions;
   readonly sql: JobQueueQueries;
   private source?: DataSource;
   private ownsSource = false;
@@ -31,19 +28,16 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   private generation = 0;
 
   constructor(
-    @Inject(JOB_QUEUE_MODULE_OPTIONS) private readonly rawOptions: JobQueueModuleOptions,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
     private readonly moduleRef: ModuleRef,
   ) {
-    this.options = resolveOptions(rawOptions ?? {});
-    this.sql = createQueries(this.options.schema);
+    this.sql = createQueries(options.schema);
   }
 
   async onModuleInit(): Promise<void> {
     const source = this.findDataSource();
     if (!source.isInitialized) await source.initialize();
     this.source = source;
-    // Not given: as many as the pool holds besides the queue's own connections, at most 10.
-    if (this.rawOptions?.concurrency === undefined) this.options.concurrency = concurrencyForPool(this.pool.options.max);
     if (this.options.migrationsRun) {
       const applied = await runJobQueueMigrations(source, this.options.schema, createJobQueueMigrations(this.options.schema));
       if (applied.length > 0) this.logger.log(`Applied migrations to schema "${this.options.schema}": ${applied.join(', ')}`);
@@ -101,7 +95,7 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
 
   /** In order: the given DataSource, the named or default @nestjs/typeorm one, one of our own. */
   private findDataSource(): DataSource {
-    const { dataSource, dataSourceName, connection } = this.rawOptions ?? {};
+    const { dataSource, dataSourceName, connection } = this.options;
     if (dataSource) {
       if (!(dataSource instanceof DataSource)) throw new JobQueueError('JQ_INVALID_OPTIONS', 'dataSource must be a TypeORM DataSource');
       return dataSource;

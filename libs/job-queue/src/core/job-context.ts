@@ -1,7 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import type { Job, JobProgress } from '../service/job';
-import type { AddArgs, TaskName, TaskPayload } from '../service/typed-tasks';
+import type { Job, JobProgress } from './job';
+import type { AddArgs, TaskName, TaskPayload } from './typed-tasks';
 
 /** What a handler learns about the job it runs. */
 export interface JobInfo {

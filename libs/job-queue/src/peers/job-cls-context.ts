@@ -1,6 +1,6 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { findInApp, loadedPeer } from '../module/optional-peer';
+import { findInApp, loadedPeer } from './optional-peer';
 
 interface ClsServiceLike {
   run<T>(options: { ifNested: 'inherit' | 'reuse' | 'override' }, callback: () => T): T;

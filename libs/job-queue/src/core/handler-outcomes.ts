@@ -1,5 +1,5 @@
-import { checkDuration } from '../duration';
-import { JobQueueError } from '../errors';
+import { checkDuration } from './duration';
+import { JobQueueError } from './errors';
 
 /** The longest snooze: a year. */
 const MAX_SNOOZE_MS = 366 * 24 * 3_600_000;

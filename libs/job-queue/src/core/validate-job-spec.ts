@@ -1,5 +1,5 @@
-import { JobQueueError } from '../errors';
-import { DEFAULT_MAX_JSON_BYTES, toJsonText } from '../json';
+import { JobQueueError } from './errors';
+import { DEFAULT_MAX_JSON_BYTES, toJsonText } from './json';
 import type { JobKeyMode, JobSpec } from './job';
 
 /** Column limits, mirrored by CHECK constraints in the migration. */

@@ -1,6 +1,6 @@
 import type { DataSource, MigrationInterface } from 'typeorm';
 import { quoteIdentifier } from '../sql/identifier';
-import { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
+import { migrationLockKey, waitForLock, type JobQueueMigration } from '#migrations';
 
 /**
  * Applies the pending job-queue migrations at startup, oldest first, each in its own

@@ -1,6 +1,6 @@
 import type { EntityManager } from 'typeorm';
-import type { JobState } from '../sql/lifecycle';
-import { fromTraceColumns } from '../telemetry/trace-context';
+import type { JobState } from './job-state';
+import { fromTraceColumns } from './trace-context';
 
 export type { JobState };
 

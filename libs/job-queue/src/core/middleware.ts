@@ -1,4 +1,4 @@
-import type { JobContext } from '../decorators/job-context';
+import type { JobContext } from './job-context';
 
 /** What a middleware sees of the attempt it wraps: the handler's context, its payload and task. */
 export interface JobMiddlewareContext extends JobContext {

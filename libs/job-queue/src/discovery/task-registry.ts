@@ -1,12 +1,12 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
-import { takeCronMetadata, type NestCronOptions } from '../cron/cron-metadata';
-import { checkDuration } from '../duration';
-import { JobQueueError } from '../errors';
-import { validateJob } from '../service/validate-job-spec';
+import { takeCronMetadata, type NestCronOptions } from './cron-metadata';
+import { checkDuration } from '../core/duration';
+import { JobQueueError } from '../core/errors';
+import { validateJob } from '../core/validate-job-spec';
 import { decoratedMethods } from './decorated-methods';
-import type { JobContext } from './job-context';
-import { TASK_METADATA, type TaskMetadata, type TaskOptions } from './task.decorator';
+import type { JobContext } from '../core/job-context';
+import { TASK_METADATA, type TaskMetadata, type TaskOptions } from '../decorators/task.decorator';
 
 export type TaskHandler = (payload: unknown, ctx: JobContext) => unknown;
 

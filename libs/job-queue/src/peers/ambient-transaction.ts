@@ -1,7 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { EntityManager } from 'typeorm';
-import { findInApp, loadedPeer } from '../module/optional-peer';
+import { findInApp, loadedPeer } from './optional-peer';
 
 interface TransactionHostLike {
   isTransactionActive(): boolean;

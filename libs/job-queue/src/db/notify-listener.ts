@@ -1,6 +1,6 @@
 import type { Pool, PoolClient } from 'pg';
 import { quoteIdentifier } from '../sql/identifier';
-import { backoffMs } from '../backoff';
+import { backoffMs } from '../core/backoff';
 
 /** The application_name of a worker's pinned connection, as pg_stat_activity shows it: with the process id. */
 export const PINNED_APPLICATION_NAME = `nestjs-job-queue worker ${process.pid}`;

@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { JobQueueModuleOptions } from './job-queue.options';
+import type { JobQueueModuleOptions } from './core/options';
 
 export const {
   ConfigurableModuleClass: ConfigurableJobQueueModule,

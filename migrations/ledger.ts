@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { quoteIdentifier } from '../sql/identifier';
+import { quoteIdentifier } from './names';
 
 /**
  * A job-queue migration. One that builds indexes on the jobs table says so with

@@ -1,11 +1,11 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import type { Subscription } from 'rxjs';
-import { decoratedMethods } from '../decorators/decorated-methods';
+import { decoratedMethods } from './decorated-methods';
 import { ON_JOB_EVENT_METADATA } from '../decorators/on-job-event.decorator';
-import { JobQueueError } from '../errors';
-import { JOB_QUEUE_EVENT_TYPES, type JobQueueEvent, type JobQueueEventType } from './events';
-import { JobQueueWorker } from './job-queue.worker';
+import { JobQueueError } from '../core/errors';
+import { JOB_QUEUE_EVENT_TYPES, type JobQueueEvent, type JobQueueEventType } from '../core/events';
+import { JobQueueEvents } from '../events/job-queue-events';
 
 /** Subscribes every `@OnJobEvent` method to the worker's events, once the app has started. */
 @Injectable()
@@ -17,7 +17,7 @@ export class JobEventListeners implements OnApplicationBootstrap, OnApplicationS
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
-    private readonly worker: JobQueueWorker,
+    private readonly events: JobQueueEvents,
   ) {}
 
   onApplicationBootstrap(): void {
@@ -35,7 +35,7 @@ export class JobEventListeners implements OnApplicationBootstrap, OnApplicationS
       }
     }
     if (listeners.size === 0) return;
-    this.subscription = this.worker.events$.subscribe((event) => {
+    this.subscription = this.events.events$.subscribe((event) => {
       for (const { call, location } of listeners.get(event.type) ?? []) {
         try {
           const result = call(event);

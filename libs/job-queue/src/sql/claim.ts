@@ -1,0 +1,198 @@
+/**
+ * Claiming jobs, the data path's second step (add → row + NOTIFY → claim → run → release):
+ * a worker takes the next available jobs of its tasks, and locks the named queues they
+ * belong to, in one statement (claimJobs). `s` is the quoted schema.
+ */
+
+import { epochMicroseconds } from './epoch-microseconds';
+import { queueHead } from './queue-head';
+
+/**
+ * What the claim returns of each job (worker/claimed-job.ts makes the Job): only what the
+ * worker does not know already, in the forms cheapest to read. Times are whole epoch
+ * microseconds (sql/epoch-microseconds.ts), the claim's own times (locked_at,
+ * updated_at, a started_at it set) are one `claimed_at_us`, flags are null when empty;
+ * locked_by is the worker, and cancel_requested_at is null (the claim skips cancelled jobs).
+ * Reading the 24 columns of a job row took Node 10 µs a job, half of all the JavaScript a
+ * trivial job costs.
+ */
+const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.payload, j.priority, j.attempts, j.max_attempts, j.last_error, j.key,
+  j.revision, nullif(j.flags, '{}') as flags, j.progress, j.errors, j.trace_id, j.span_id, j.trace_flags,
+  ${epochMicroseconds('j.run_at')} as run_at_us, ${epochMicroseconds('j.created_at')} as created_at_us,
+  ${epochMicroseconds('now()')} as claimed_at_us, j.started_at is not null as started`;
+
+/**
+ * How many queued jobs, per job asked for, the claim looks at in fetch order for its queues'
+ * heads before it looks up each queue's head instead (see claimJobs).
+ */
+const QUEUED_WALK_FACTOR = 2;
+
+/** No worker holds queue `queue`. */
+const queueFree = (queue: string, s: string) => `not exists (select 1 from ${s}.job_queues q where q.queue_name = ${queue} and q.locked_at is not null)`;
+
+/** Row `j` is a job of the claim's tasks ($1) carrying none of its forbidden flags ($2). */
+const claimable = (j: string) => `array_position($1::text[], ${j}.task_identifier) is not null and not (${j}.flags && $2::text[])`;
+
+/** A queue head `h` this claim may take: claimable, its queue not held by a worker (a head has no cancel asked for: queueHead). */
+const claimableHead = (h: string, s: string) => `${claimable(h)} and ${queueFree(`${h}.queue_name`, s)}`;
+
+export function createClaimQueries(s: string) {
+  return {
+    /**
+     * The claim. Up to $3 available jobs of the tasks $1 that carry none of the flags $2,
+     * by priority then run_at then id, skipping rows other workers are claiming, for worker
+     * $4, which must still have its row (a worker declared dead claims nothing under its old
+     * id). The first $5 of them (the free slots) are marked started; the rest are prefetched.
+     *
+     * A job of a named queue is a candidate only as the queue's head and while no worker
+     * holds the queue; the queue row is locked (created if the cleaner removed it) in the
+     * same statement. The head is the first job by queue place, (priority,
+     * coalesce(first_run_at, run_at), id), among the queue's available jobs that are due or
+     * waiting for a retry: a head waiting for its retry keeps its queue waiting, and one
+     * that failed for good no longer counts. So a queue whose head this worker may not run
+     * (a forbidden flag, another app's task), or whose head another worker is claiming right
+     * now, is left alone, and its other jobs never fill the candidates that work outside it
+     * needs. Each row (CLAIMED_COLUMNS) also carries how many candidates there were: fewer
+     * than $3 means nothing else is waiting now.
+     *
+     * Unqueued jobs and queue heads are found apart, so that no claim walks a queue's backlog:
+     * - `unqueued`: the first $3 of jobs_fetch_unqueued_idx, locked as walked (SKIP LOCKED: the
+     *   walk goes past whatever claims beside it are taking, and each row's lock rechecks all of
+     *   its conditions on the row's latest version).
+     * - `walked`, `walked_heads`: the first QUEUED_WALK_FACTOR × $3 queued jobs of
+     *   jobs_fetch_queued_idx, read without locks; the first of each queue by queue place is
+     *   its head if the queue's head lookup (queueHead) says so. Heads of free queues are
+     *   usually near the front, so this finds them for a few index probes.
+     * - `queue_names`, `enumerated_heads`: only when the walk was full and found fewer than $3
+     *   heads (its queued jobs were mostly behind held or waiting heads), every queue with an
+     *   available job is visited by a skip scan of jobs_queue_order_idx, and its head looked
+     *   up. That costs a few microseconds per queue, where walking a held queue's backlog cost
+     *   a few per job (160 ms a claim behind a queue of 100,000 jobs).
+     * - `heads`: the first QUEUED_WALK_FACTOR × $3 heads by fetch order, with the row version
+     *   (xmin) this statement's snapshot saw; the slack replaces heads a claim beside this one
+     *   is taking.
+     * - `queued`: those heads ahead of the last unqueued job locked (all of them if fewer than
+     *   $3 were), locked one by one in fetch order by id and version until $3 are: a head
+     *   another claim is taking is skipped (and its queue with it: the next job of that queue
+     *   is no head), and so is a head whose version changed since the snapshot. Under READ
+     *   COMMITTED the lock would return the new version, rechecked only against the lock's own
+     *   conditions, so a head chosen for its old task, flags, run_at, queue or place (a
+     *   concurrent add_job replacing a keyed job, a release, reschedule_jobs) would be claimed
+     *   for its new ones.
+     * - `candidates`: the first $3 of both. The unqueued jobs locked and not taken (at most $3)
+     *   stay locked to the end of this statement; a claim beside it walks past them.
+     * A walked job is a head only if it is the head: every walked job is due, so a head that
+     * waits for its retry, not walked, is still found by queueHead and blocks its queue.
+     *
+     * The update finds its rows by `id = any(array)`, a primary-key lookup per id whatever the
+     * statistics say. Joined to the candidates instead, it was planned from the statistics,
+     * and after a vacuum of a nearly empty table (reltuples 0) the planner took jobs for empty
+     * and walked the whole table once per candidate: 1.5-3 s a claim of 250 among 15,000 jobs.
+     *
+     * It runs on a connection of its own with CLAIM_SESSION_SETTINGS (worker/claim-connection.ts):
+     * its commit does not wait for the disk, and its plan walks the fetch indexes in order and
+     * stops at the limit, whatever the table's statistics say (without them, as on a table
+     * just filled, the planner would read and sort every due job at each claim).
+     */
+    claimJobs: `
+      with recursive walked as (
+        select j.id, j.xmin as version, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags
+        from ${s}.jobs j
+        where j.is_available and j.queue_name is not null and j.run_at <= now() and j.cancel_requested_at is null
+        order by j.priority, j.run_at, j.id
+        limit ${QUEUED_WALK_FACTOR} * $3::int
+      ),
+      walked_heads as (
+        select h.id, h.version, h.priority, h.run_at
+        from (
+          select w.*, row_number() over (partition by w.queue_name order by w.priority, coalesce(w.first_run_at, w.run_at), w.id) as place
+          from walked w
+          order by w.priority, w.run_at, w.id
+          offset 0
+        ) h
+        where h.place = 1 and ${claimableHead('h', s)}
+          and h.id = (${queueHead('h.queue_name', s)})
+      ),
+      enumerate as (
+        select (select count(*) from walked_heads) < $3 and (select count(*) from walked) = ${QUEUED_WALK_FACTOR} * $3::int as needed
+      ),
+      queue_names as (
+        (select j.queue_name from ${s}.jobs j
+         where (select needed from enumerate) and j.is_available and j.queue_name is not null
+         order by j.queue_name limit 1)
+        union all
+        select (select j.queue_name from ${s}.jobs j
+                where j.is_available and j.queue_name > n.queue_name order by j.queue_name limit 1)
+        from queue_names n where n.queue_name is not null
+      ),
+      enumerated_heads as (
+        select h.id, h.version, h.priority, h.run_at
+        from (
+          select n.queue_name from queue_names n
+          where n.queue_name is not null and ${queueFree('n.queue_name', s)}
+          offset 0
+        ) n
+        cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.xmin as version, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags')}) h
+        where h.run_at <= now() and ${claimable('h')}
+      ),
+      heads as materialized (
+        select id, version, priority, run_at from walked_heads where not (select needed from enumerate)
+        union all
+        select id, version, priority, run_at from enumerated_heads
+        order by priority, run_at, id
+        limit ${QUEUED_WALK_FACTOR} * $3::int
+      ),
+      unqueued as materialized (
+        select j.id, j.queue_name, j.priority, j.run_at
+        from ${s}.jobs j
+        where j.is_available and j.queue_name is null
+          and j.run_at <= now()
+          and ${claimable('j')}
+          and j.cancel_requested_at is null
+          and exists (select 1 from ${s}.workers w where w.id = $4)
+        order by j.priority, j.run_at, j.id
+        limit $3
+        for update of j skip locked
+      ),
+      queued as materialized (
+        select l.id, l.queue_name, l.priority, l.run_at
+        from (
+          select h.* from heads h
+          where (select count(*) from unqueued) < $3
+             or (h.priority, h.run_at, h.id) < (select u.priority, u.run_at, u.id from unqueued u order by u.priority desc, u.run_at desc, u.id desc limit 1)
+          order by h.priority, h.run_at, h.id
+          offset 0
+        ) f
+        cross join lateral (
+          select j.id, j.queue_name, j.priority, j.run_at
+          from ${s}.jobs j
+          where j.id = f.id and j.xmin = f.version
+          for update of j skip locked
+        ) l
+        where exists (select 1 from ${s}.workers w where w.id = $4)
+        limit $3
+      ),
+      candidates as materialized (
+        select c.id, c.queue_name, c.priority, c.run_at
+        from (select * from unqueued union all select * from queued) c
+        order by c.priority, c.run_at, c.id
+        limit $3
+      ),
+      locked_queues as (
+        insert into ${s}.job_queues as q (queue_name, locked_at, locked_by)
+        select distinct queue_name, now(), $4 from candidates where queue_name is not null
+        on conflict (queue_name) do update set locked_at = excluded.locked_at, locked_by = excluded.locked_by
+        where q.locked_at is null
+        returning q.queue_name
+      ),
+      picked as (
+        select array_agg(id order by priority, run_at, id) as ids from candidates
+        where queue_name is null or queue_name in (select queue_name from locked_queues)
+      )
+      update ${s}.jobs j
+      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
+          started_at = case when j.id = any((select ids[1:$5] from picked)::bigint[]) then now() end
+      where j.id = any((select ids from picked)::bigint[])
+      returning ${CLAIMED_COLUMNS}, (select count(*) from candidates)::int as candidate_count`,
+  };
+}

@@ -1,0 +1,185 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { QueryResultRow } from 'pg';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { JobQueueDatabase, type Statement } from '../db/job-queue-database';
+import { NotifyListener } from '../db/notify-listener';
+import { PinnedConnection } from '../db/pinned-connection';
+import { JobQueueEvents } from '../events/job-queue-events';
+
+const newWorkerId = () => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+
+/** What membership asks of the worker it belongs to (job-queue.worker.ts). */
+export interface MembershipHooks {
+  /** Runs a step in the worker's fetch chain, after the claim under way (producer.ts). */
+  serialize(step: () => Promise<unknown>): void;
+  /** Cancels of jobs this worker may hold, found at a heartbeat. */
+  cancelsHeard(ids: string[]): void;
+  /** After a heartbeat that did not find the worker dead. */
+  afterHeartbeat(): void;
+  /** The cluster declared `oldId` dead: its jobs belong to others now; the worker goes on as `newId`. */
+  fenced(oldId: string, newId: string): void;
+  stopping(): boolean;
+  concurrency(): number;
+}
+
+/**
+ * The worker's membership of the cluster: its id, its row in `workers` and the heartbeats
+ * that keep it, and its pinned connection (the LISTEN one, which handlers cannot take from
+ * it), which maintenance and the cron scheduler use too (PinnedConnection).
+ *
+ * Liveness: the row gets a heartbeat every `heartbeatInterval`. If the row is gone, the
+ * cluster declared this worker dead and gave its jobs to others: the worker drops them
+ * unwritten and rejoins under a new id (fence()).
+ */
+@Injectable()
+export class WorkerMembership extends PinnedConnection {
+  private id = newWorkerId();
+  private registered = false;
+  /** When the worker's row last proved it alive (registration or heartbeat), epoch ms. */
+  private lastHeartbeatAt?: number;
+  /** Fenced, and not registered under its new id yet. */
+  private rejoining = false;
+  private heartbeatTimer?: NodeJS.Timeout;
+  private listener?: NotifyListener;
+  private hooks?: MembershipHooks;
+
+  constructor(
+    private readonly db: JobQueueDatabase,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
+    private readonly events: JobQueueEvents,
+  ) {
+    super();
+  }
+
+  /** This worker's id in the `workers` table and in `locked_by`. It changes if the worker is fenced and rejoins. */
+  get workerId(): string {
+    return this.id;
+  }
+
+  /** Its row exists as far as it knows (it may be rejoining under a new id). */
+  get isRegistered(): boolean {
+    return this.registered;
+  }
+
+  /** Registered under its current id: not rejoining after a fence. */
+  get isMember(): boolean {
+    return this.registered && !this.rejoining;
+  }
+
+  get isRejoining(): boolean {
+    return this.rejoining;
+  }
+
+  get lastHeartbeat(): Date | null {
+    return this.lastHeartbeatAt === undefined ? null : new Date(this.lastHeartbeatAt);
+  }
+
+  /** Its LISTEN connection is up. */
+  get listening(): boolean {
+    return this.listener?.connection !== undefined;
+  }
+
+  attach(hooks: MembershipHooks): void {
+    this.hooks = hooks;
+  }
+
+  /** Opens the pinned connection and LISTENs on the jobs and cancel channels. */
+  async listen(onNotify: (channel?: string, payload?: string) => void): Promise<void> {
+    this.listener = new NotifyListener(
+      this.db.pool,
+      [this.db.sql.channel, this.db.sql.cancelChannel],
+      onNotify,
+      (error) => this.events.reportError(this.id, 'listen', error),
+    );
+    await this.listener.start();
+  }
+
+  async stopListening(): Promise<void> {
+    await this.listener?.stop();
+  }
+
+  /**
+   * Runs a statement on the worker's pinned connection (the LISTEN one), which handlers
+   * cannot take from it; on the pool while that connection is being re-established.
+   */
+  async run<Row extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]> {
+    return this.db.runOn<Row>(this.listener?.connection ?? this.db.pool, statement, values);
+  }
+
+  /** Inserts this worker's row (claims require it) and starts its heartbeats. */
+  async register(): Promise<void> {
+    await this.run('registerWorker', [this.id, this.options.workerTimeout, hostname(), process.pid, this.hooks!.concurrency()]);
+    this.registered = true;
+    this.lastHeartbeatAt = Date.now();
+    clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.options.heartbeatInterval);
+  }
+
+  async unregister(): Promise<void> {
+    clearInterval(this.heartbeatTimer);
+    this.registered = false;
+    await this.run('unregisterWorker', [this.id]).catch(() => undefined);
+  }
+
+  /** A new id, after a stop: a later start registers under it, and rows left with the old one go to the sweep. */
+  renewId(): void {
+    this.id = newWorkerId();
+  }
+
+  /**
+   * Proves this worker alive, on the database's clock. No row back: the cluster declared it
+   * dead. After a claim whose reply was lost, also gives back what it holds unknowingly.
+   */
+  private async heartbeat(): Promise<void> {
+    const hooks = this.hooks!;
+    if (this.rejoining) {
+      hooks.serialize(() => this.rejoin());
+      return;
+    }
+    const id = this.id;
+    try {
+      const rows = await this.run<{ cancelled: string[] }>('heartbeatWorker', [id]);
+      // Unregistered meanwhile (a stop): the row is gone because this worker removed it.
+      if (!this.registered) return;
+      if (rows.length === 0 && id === this.id) {
+        this.fence(id);
+        return;
+      }
+      if (rows[0] && id === this.id) {
+        this.lastHeartbeatAt = Date.now();
+        hooks.cancelsHeard(rows[0].cancelled);
+      }
+      hooks.afterHeartbeat();
+    } catch (error) {
+      this.events.reportError(this.id, 'heartbeat', error);
+    }
+  }
+
+  /**
+   * The cluster declared this worker dead: at once, before anything else can start one of its
+   * jobs, it takes a new id and the worker drops what it held (hooks.fenced), so that nothing
+   * claimed under the old id is ever written under the new one. Then it registers again, in
+   * the fetch chain.
+   */
+  private fence(oldId: string): void {
+    if (oldId !== this.id || !this.registered) return;
+    this.id = newWorkerId();
+    this.registered = false; // until rejoin(): heartbeats meanwhile find no row, and that is expected
+    this.rejoining = true;
+    this.hooks!.fenced(oldId, this.id);
+    this.hooks!.serialize(() => this.rejoin());
+  }
+
+  /** Registers the new id after a fence; tried again at each heartbeat until it succeeds. */
+  private async rejoin(): Promise<void> {
+    if (!this.rejoining || this.hooks!.stopping()) return;
+    try {
+      await this.register();
+      this.rejoining = false;
+    } catch (error) {
+      this.events.reportError(this.id, 'heartbeat', error);
+    }
+  }
+}

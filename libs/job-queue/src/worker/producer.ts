@@ -1,0 +1,247 @@
+import { Logger } from '@nestjs/common';
+import { backoffMs, sleep } from '../core/backoff';
+import type { Job } from '../core/job';
+import type { ResolvedJobQueueOptions } from '../core/options';
+import type { JobQueueDatabase } from '../db/job-queue-database';
+import type { TaskRegistry } from '../discovery/task-registry';
+import type { JobQueueEvents } from '../events/job-queue-events';
+import { ClaimConnection } from './claim-connection';
+import { toClaimedJob, type ClaimedRow } from './claimed-job';
+import type { WorkerMembership } from './membership';
+import { maxHeld, PrefetchSizer } from './prefetch';
+import type { WorkerState } from './worker-state';
+
+/** How often a give-back retries rows someone else has locked (after 4, 16, 64, then 100 ms each: about 1 s). */
+const GIVE_BACK_BUSY_TRIES = 12;
+
+/**
+ * The worker's fetch loop: wakes on NOTIFY and on its poll, claims batches of jobs (sql
+ * claimJobs, on the claim connection) into the free slots and the prefetch room, starts
+ * prefetched jobs as slots free up, and gives back what the worker holds but will not run.
+ * Claims and the steps that must not overlap them run one at a time, in the fetch chain.
+ */
+export class Producer {
+  private readonly logger = new Logger('JobQueueWorker');
+  private readonly prefetch: PrefetchSizer;
+  /** The connection claims run on (claim-connection.ts). */
+  private readonly claims: ClaimConnection;
+  private pollTimer?: NodeJS.Timeout;
+  private retryTimer?: NodeJS.Timeout;
+  private fetchChain: Promise<number> = Promise.resolve(0);
+  private wakeQueued = false;
+  private claimFailures = 0;
+  /** A claim, or an insert that claims at its add (local-slots.ts), failed after the server may have committed it: rows may be locked for us that we do not know. */
+  claimReplyLost = false;
+  /** A claim is on its way: it marks jobs started for the slots that were free when it began (local slots leave them). */
+  claiming = false;
+  /** The last claim found as many candidates as it asked for: more jobs may be waiting. */
+  moreMayBeWaiting = false;
+  /** The last fetch claimed nothing because the worker holds too many unwritten releases: the next written flush wakes it. */
+  private heldBack = false;
+
+  constructor(
+    private readonly state: WorkerState,
+    private readonly membership: WorkerMembership,
+    private readonly db: JobQueueDatabase,
+    private readonly options: ResolvedJobQueueOptions,
+    private readonly tasks: TaskRegistry,
+    private readonly events: JobQueueEvents,
+    /** Starts a claimed job's handler (executor.ts). */
+    private readonly launch: (job: Job) => void,
+  ) {
+    this.prefetch = new PrefetchSizer(() => this.state.concurrency);
+    this.claims = new ClaimConnection(() => this.db.pool);
+  }
+
+  /** Polls every pollInterval, for future, retried and unnotified jobs. */
+  startPolling(): void {
+    this.pollTimer = setInterval(() => void this.wake(), this.options.pollInterval);
+  }
+
+  /** Stops polling and retrying; resolves once the fetch under way is done. */
+  async stopFetching(): Promise<void> {
+    clearInterval(this.pollTimer);
+    clearTimeout(this.retryTimer);
+    await this.fetchChain;
+  }
+
+  closeClaims(): Promise<void> {
+    return this.claims.close();
+  }
+
+  /** Asks for a fetch; wake-ups that arrive while one is queued share it. */
+  wake(): Promise<number> {
+    if (this.wakeQueued) return this.fetchChain;
+    this.wakeQueued = true;
+    this.fetchChain = this.fetchChain.then(() => {
+      this.wakeQueued = false;
+      return this.fetchCycle();
+    });
+    return this.fetchChain;
+  }
+
+  /** Runs `step` in the fetch chain, after the claim under way. */
+  serialize(step: () => Promise<unknown>): void {
+    this.fetchChain = this.fetchChain.then(async () => {
+      await step();
+      return 0;
+    });
+  }
+
+  /** A flush was written: a fetch held back by unwritten releases has room again. */
+  releaseWritten(): void {
+    if (this.heldBack) void this.wake();
+  }
+
+  /**
+   * A handler settled (after `durationMs`): hands its slot on in this same step, so that no one
+   * (runUntilIdle) sees it empty while prefetched jobs wait, and claims ahead if the last claim
+   * left jobs behind (otherwise NOTIFY or the poll will wake us).
+   */
+  slotFreed(durationMs?: number): void {
+    if (durationMs !== undefined) this.prefetch.record(durationMs);
+    this.startPrefetched();
+    if (durationMs !== undefined && this.moreMayBeWaiting && this.state.prefetched.length <= this.prefetch.target / 2) void this.wake();
+  }
+
+  /** Starts prefetched jobs while slots are free, in the order they were claimed. */
+  startPrefetched(): void {
+    const { state } = this;
+    while (state.busySlots < state.concurrency && state.prefetched.length > 0 && !state.stopping) {
+      this.launch(state.prefetched.shift()!);
+    }
+  }
+
+  /** After a heartbeat: a claim whose reply was lost leaves rows to give back. */
+  afterHeartbeat(): void {
+    if (this.claimReplyLost && !this.state.stopping) this.serialize(() => this.giveBackUnknown());
+  }
+
+  /**
+   * Claims jobs until the free slots and the prefetch room are full, or until the table has
+   * nothing more for us. Returns how many it claimed.
+   */
+  private async fetchCycle(): Promise<number> {
+    const { state } = this;
+    const identifiers = this.tasks.identifiers();
+    let total = 0;
+    while (!state.stopping && identifiers.length > 0) {
+      const free = Math.max(0, state.concurrency - state.busySlots);
+      // Backpressure: what this worker holds, releases not yet written included, stays under maxHeld.
+      const headroom = maxHeld(state.concurrency) - (state.busySlots + state.prefetched.length + state.batcher.unwritten);
+      this.heldBack = headroom <= 0;
+      const room = Math.min(headroom, free + this.prefetch.target - state.prefetched.length);
+      if (room <= 0) {
+        // Woken with no room (a NOTIFY while every slot is busy and nothing is to be
+        // prefetched): the job that woke us waits in the table, so the next free slot claims.
+        this.moreMayBeWaiting = true;
+        break;
+      }
+      const claimedAs = this.membership.workerId;
+      let rows: ClaimedRow[];
+      this.claiming = true;
+      try {
+        const forbidden = await this.forbiddenFlags();
+        rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [identifiers, forbidden, room, claimedAs, free]));
+        this.claimFailures = 0;
+      } catch (error) {
+        // The server may have committed the claim before the reply was lost: the next
+        // heartbeat gives back what is locked for us that we do not know.
+        this.claimReplyLost = true;
+        this.claimFailures += 1;
+        this.events.reportError(this.membership.workerId, 'claim', error);
+        clearTimeout(this.retryTimer);
+        this.retryTimer = setTimeout(() => void this.wake(), backoffMs(this.claimFailures));
+        break;
+      } finally {
+        this.claiming = false;
+      }
+      // Claimed while stop() began: given back by stop(). Claimed under an id fenced since: the sweep's orphan rule frees them.
+      if (state.stopping || claimedAs !== this.membership.workerId) break;
+      // The ones the claim marked started go first: they were claimed for the free slots. A job
+      // this process already runs or holds is not started twice: its claim was lost in a server
+      // crash (claims do not wait for the disk) and this worker claimed it again.
+      const held = new Set(state.prefetched.map((job) => job.id));
+      const jobs = rows.map((row) => toClaimedJob(row, claimedAs)).filter((job) => !state.running.has(job.id) && !held.has(job.id));
+      state.prefetched.unshift(...jobs.filter((job) => job.startedAt !== null));
+      state.prefetched.push(...jobs.filter((job) => job.startedAt === null));
+      this.startPrefetched();
+      total += rows.length;
+      // Fewer candidates than asked for: the table has nothing more for us right now.
+      this.moreMayBeWaiting = rows.length > 0 && rows[0].candidate_count >= room;
+      if (!this.moreMayBeWaiting) break;
+    }
+    return total;
+  }
+
+  private async forbiddenFlags(): Promise<string[]> {
+    const option = this.options.forbiddenFlags;
+    if (!option) return [];
+    return typeof option === 'function' ? await option() : option;
+  }
+
+  /**
+   * After a claim whose reply was lost (the server may have committed it), gives back the
+   * jobs locked for this worker that it does not know of. Runs in the fetch chain.
+   */
+  private async giveBackUnknown(): Promise<void> {
+    // An insert in flight may have committed a job locked for us whose reply has not come:
+    // left for the next heartbeat (local slots keep no new slot meanwhile).
+    if (!this.claimReplyLost || this.state.stopping || this.state.keptSlots.size > 0) return;
+    try {
+      const { givenBack, busy } = await this.giveBackAllBut(this.state.heldIds());
+      this.claimReplyLost = busy > 0; // a row someone has locked: try again at the next heartbeat
+      if (givenBack.length > 0) this.logger.warn(`Gave back ${givenBack.length} job(s) claimed by a claim whose reply was lost: ${givenBack.join(', ')}`);
+    } catch (error) {
+      this.events.reportError(this.membership.workerId, 'give-back', error);
+    }
+  }
+
+  /**
+   * Gives back every job this worker holds except `keep`; returns their ids. A failed
+   * statement is retried a few times; rows a caller has locked are tried again for a
+   * moment, then left to the maintenance sweep (they are released once this worker's row
+   * is gone and workerTimeout has passed), so that a caller's open transaction cannot hold
+   * up the shutdown.
+   */
+  async giveBack(keep: string[]): Promise<string[]> {
+    const givenBack: string[] = [];
+    let failures = 0;
+    for (let busyTries = 0; ; ) {
+      let busy: number;
+      try {
+        const once = await this.giveBackAllBut(keep);
+        givenBack.push(...once.givenBack);
+        busy = once.busy;
+      } catch (error) {
+        this.events.reportError(this.membership.workerId, 'give-back', error);
+        if (++failures >= 5) return givenBack;
+        await sleep(backoffMs(failures));
+        continue;
+      }
+      if (busy === 0) return givenBack;
+      if (++busyTries > GIVE_BACK_BUSY_TRIES) {
+        this.logger.warn(
+          `${busy} job(s) held by ${this.membership.workerId} are row-locked by another transaction and were not given back; ` +
+            `the maintenance sweep releases them once this worker is gone`,
+        );
+        return givenBack;
+      }
+      await sleep(Math.min(100, 4 ** busyTries));
+    }
+  }
+
+  /**
+   * One give-back statement: every job this worker holds but `keep`, and but the finished ones
+   * whose release the batcher has not written yet (held up by a caller's row lock, say, or in
+   * flight): giving those back would run a finished job again. `busy`: rows someone else has
+   * locked, left for now.
+   */
+  private async giveBackAllBut(keep: string[]): Promise<{ givenBack: string[]; busy: number }> {
+    const [row] = await this.membership.run<{ given_back: string[]; busy: number }>('giveBackJobs', [
+      this.membership.workerId,
+      [...keep, ...this.state.batcher.unwrittenIds()],
+    ]);
+    return { givenBack: row.given_back, busy: row.busy };
+  }
+}
