@@ -7,11 +7,26 @@ import { Module } from '@nestjs/common';
 import { createTestApp } from '../support/app';
 import { waitFor } from '../support/wait';
 import { connect, createTestDatabase } from '../support/database';
+import * as migrationNames from '../../migrations/names';
+import * as libraryNames from '../../libs/job-queue/src/sql/identifier';
 
 /** Every migration, oldest first. */
 const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000'];
 
 describe('migrations', () => {
+  it("the migrations' own names (channels, quoting) are the library's: the functions they create notify where workers listen", () => {
+    for (const schema of ['job_queue', 'Other_Schema']) {
+      assert.equal(migrationNames.jobsChannel(schema), libraryNames.jobsChannel(schema));
+      assert.equal(migrationNames.finishedChannel(schema), libraryNames.finishedChannel(schema));
+      assert.equal(migrationNames.cancelChannel(schema), libraryNames.cancelChannel(schema));
+      assert.equal(migrationNames.quoteIdentifier(schema), libraryNames.quoteIdentifier(schema));
+    }
+  });
+
+  it('createJobQueueMigrations refuses a schema that is not a plain identifier, before anything runs', () => {
+    assert.throws(() => createJobQueueMigrations('bad-schema'), { code: 'JQ_INVALID_SCHEMA' });
+  });
+
   it('several app instances booting at once on an empty database migrate it once', async () => {
     const db = await createTestDatabase('migrate');
     const apps = await Promise.all([1, 2, 3, 4].map(() => createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: '*' } })));

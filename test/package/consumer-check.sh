@@ -4,8 +4,9 @@
 # throwaway apps, and compiles and runs them against the PostgreSQL at DATABASE_URL:
 #  - an ESM app as `nest new` makes one for Nest 12 (type module, nodenext, isolatedModules,
 #    emitDecoratorMetadata, Vitest): tsc (strict), then the app itself (a job added and run by
-#    its worker, its row read back as completed), then its Vitest test, which is the README's
-#    "Testing your app" example (nestjs-job-queue/testing: findJobs, drain, runTask); and a
+#    its worker, its row read back as completed), then its Vitest test, which is the example of
+#    the guide docs/guides/testing-your-app.md (nestjs-job-queue/testing: findJobs, drain,
+#    runTask); and a
 #    check that the installed package's source maps name files it ships;
 #  - a CommonJS app: tsc (strict), then the app.
 # Any failure exits non-zero. Each run uses a database of its own on that server, dropped at
@@ -37,9 +38,9 @@ pack_json="$(cd "$repo/libs/job-queue" && npm pack --json --pack-destination "$w
 tarball="$work/$(node -e '
   const [p] = JSON.parse(process.argv[1]);
   const files = p.files.map((f) => f.path);
-  const required = ["package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/migrations/index.js", "src/index.ts"];
+  const required = ["package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/migrations/index.js", "src/index.ts", "docs/guides/testing-your-app.md"];
   const missing = required.filter((f) => !files.includes(f));
-  const strays = files.filter((f) => !/^(package\.json|README\.md|LICENSE|(dist|src)\/.+)$/.test(f));
+  const strays = files.filter((f) => !/^(package\.json|README\.md|LICENSE|(dist|src|docs)\/.+)$/.test(f));
   if (missing.length || strays.length) { console.error(`tarball: missing ${missing.join(", ") || "nothing"}; unexpected ${strays.join(", ") || "nothing"}`); process.exit(1); }
   console.error(`${p.filename}: ${p.entryCount} files, ${Math.round(p.size / 1024)} kB packed, ${Math.round(p.unpackedSize / 1024)} kB unpacked`);
   console.log(p.filename);
@@ -57,7 +58,7 @@ export DATABASE_URL
 
 step "ESM app: install"
 cp -r "$here/esm-app" "$work/esm-app"
-node "$here/readme-files.mjs" "$repo/README.md" "$work/esm-app"
+node "$here/readme-files.mjs" "$repo/docs/guides/testing-your-app.md" "$work/esm-app"
 cd "$work/esm-app"
 npm install "${NPM_FLAGS[@]}" --save-exact "$tarball" "${peers[@]}" "@nestjs/testing@$(version @nestjs/testing)" \
   "typescript@$TYPESCRIPT" "@types/node@$(version @types/node)" "vitest@$VITEST"
@@ -68,7 +69,7 @@ npx --no-install tsc -p tsconfig.json --noEmit
 npm run --silent build
 step "ESM app: run"
 npm run --silent start:prod
-step "ESM app: vitest (the README's test)"
+step "ESM app: vitest (the guide's test: docs/guides/testing-your-app.md)"
 npm test --silent
 
 step "CJS app: install"

@@ -1,9 +1,9 @@
-// The package's README.md and LICENSE, written into libs/job-queue/ at each `npm run build:lib`
-// (both gitignored): the README is the repository's README less its repo-only parts (the
+// The package's README.md, LICENSE and docs/ (the guides the README links to), written into
+// libs/job-queue/ at each `npm run build:lib` (all gitignored): the README is the repository's README less its repo-only parts (the
 // regions between `<!-- repo-only:start -->` and `<!-- repo-only:end -->`: running the
 // sample, the repository's tests, the benchmark, the layout), so that there is one text to
 // keep true; the LICENSE is the repository's.
-import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -34,4 +34,10 @@ export function packageReadme(text) {
 export function writePackageDocs() {
   writeFileSync(join(lib, 'README.md'), packageReadme(readFileSync(join(repo, 'README.md'), 'utf8')));
   copyFileSync(join(repo, 'LICENSE'), join(lib, 'LICENSE'));
+  // The user's documents, so that the README's relative links work in node_modules too: the
+  // guides, the guarantees, the benchmark and the images they show (not the maintainers' notes).
+  rmSync(join(lib, 'docs'), { recursive: true, force: true });
+  for (const path of ['guides', 'images', 'guarantees.md', 'benchmark.md']) {
+    cpSync(join(repo, 'docs', path), join(lib, 'docs', path), { recursive: true });
+  }
 }

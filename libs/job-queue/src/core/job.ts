@@ -110,14 +110,14 @@ export interface JobRow {
   trace_id?: string | null;
   span_id?: string | null;
   trace_flags?: number | null;
-  /** Rows of a read (sql/lifecycle.ts) carry these; rows of add do not. */
+  /** Rows of a read (sql/read.ts) carry these; rows of add do not. */
   state?: JobState;
   result?: unknown;
   finished_at?: Date | null;
   worker_id?: string | null;
 }
 
-/** The state of a row of `jobs` (as activeState in sql/lifecycle.ts computes it, on this process's clock). */
+/** The state of a row of `jobs` (as activeState in sql/read.ts computes it, on this process's clock). */
 function stateOf(row: JobRow): JobState {
   if (row.locked_at) return row.started_at ? 'running' : 'waiting';
   if (row.cancel_requested_at) return 'cancelled';

@@ -70,7 +70,7 @@ export interface JobQueueModuleOptions {
    * How long after a worker's last heartbeat it counts as dead: its running jobs are
    * then retried elsewhere (an attempt charged, JQ_WORKER_LOST), its claimed-but-unstarted
    * ones put back. Default 20s, at least twice heartbeatInterval. A handler that stalls its
-   * process (or a partition) for longer may run twice: see the README's delivery guarantees.
+   * process (or a partition) for longer may run twice: see docs/guarantees.md (delivery guarantees).
    */
   workerTimeout?: number | string;
   /** Default timeout of a job's attempt (ms or a duration); `@Task({ timeout })` overrides it. None unless set. */

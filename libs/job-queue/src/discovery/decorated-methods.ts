@@ -12,6 +12,16 @@ export interface DecoratedMethod<Meta> {
 }
 
 /**
+ * The instance a decorated method is called on: only a singleton provider has one that lasts
+ * (a request- or transient-scoped one is made per request, or per consumer); otherwise
+ * `refuse` says why, with the method's location.
+ */
+export function singletonInstance<Meta>({ wrapper }: DecoratedMethod<Meta>, refuse: () => Error): object {
+  if (!wrapper.isDependencyTreeStatic() || !wrapper.instance) throw refuse();
+  return wrapper.instance as object;
+}
+
+/**
  * Every method carrying the metadata `key`, on every provider's and controller's class, as
  * Nest's own explorers (@nestjs/schedule, @nestjs/bullmq) find theirs.
  */

@@ -1,7 +1,7 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import type { Subscription } from 'rxjs';
-import { decoratedMethods } from './decorated-methods';
+import { decoratedMethods, singletonInstance } from './decorated-methods';
 import { ON_JOB_EVENT_METADATA } from '../decorators/on-job-event.decorator';
 import { JobQueueError } from '../core/errors';
 import { JOB_QUEUE_EVENT_TYPES, type JobQueueEvent, type JobQueueEventType } from '../core/events';
@@ -22,15 +22,14 @@ export class JobEventListeners implements OnApplicationBootstrap, OnApplicationS
 
   onApplicationBootstrap(): void {
     const listeners = new Map<JobQueueEventType, Array<{ call: (event: JobQueueEvent) => unknown; location: string }>>();
-    for (const { wrapper, meta: types, method, location } of decoratedMethods<JobQueueEventType[]>(this.discovery, this.scanner, this.reflector, ON_JOB_EVENT_METADATA)) {
+    for (const found of decoratedMethods<JobQueueEventType[]>(this.discovery, this.scanner, this.reflector, ON_JOB_EVENT_METADATA)) {
+      const { meta: types, method, location } = found;
       for (const type of types) {
         if (!JOB_QUEUE_EVENT_TYPES.includes(type)) {
           throw new JobQueueError('JQ_INVALID_OPTIONS', `@OnJobEvent('${String(type)}') on ${location}: no such event; one of ${JOB_QUEUE_EVENT_TYPES.join(', ')}`);
         }
-        if (!wrapper.isDependencyTreeStatic() || !wrapper.instance) {
-          throw new JobQueueError('JQ_INVALID_OPTIONS', `@OnJobEvent on ${location}: listeners must be on singleton providers`);
-        }
-        const call = method.bind(wrapper.instance) as (event: JobQueueEvent) => unknown;
+        const instance = singletonInstance(found, () => new JobQueueError('JQ_INVALID_OPTIONS', `@OnJobEvent on ${location}: listeners must be on singleton providers`));
+        const call = method.bind(instance) as (event: JobQueueEvent) => unknown;
         listeners.set(type, [...(listeners.get(type) ?? []), { call, location }]);
       }
     }

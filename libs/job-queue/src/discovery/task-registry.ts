@@ -4,7 +4,7 @@ import { takeCronMetadata, type NestCronOptions } from './cron-metadata';
 import { checkDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
 import { validateJob } from '../core/validate-job-spec';
-import { decoratedMethods } from './decorated-methods';
+import { decoratedMethods, singletonInstance } from './decorated-methods';
 import type { JobContext } from '../core/job-context';
 import { TASK_METADATA, type TaskMetadata, type TaskOptions } from '../decorators/task.decorator';
 
@@ -49,17 +49,19 @@ export class TaskRegistry implements OnModuleInit {
   private discover(): void {
     if (this.discovered) return;
     this.discovered = true;
-    for (const { wrapper, meta, location, method, methodName } of this.taskMethods()) {
+    for (const found of this.taskMethods()) {
+      const { meta, location, method, methodName } = found;
       const cron = takeCronMetadata(method);
-      if (!wrapper.isDependencyTreeStatic() || !wrapper.instance) {
-        throw new JobQueueError(
-          cron ? 'JQ_REQUEST_SCOPED_CRON' : 'JQ_REQUEST_SCOPED_TASK',
-          `@${cron ? 'Cron on @' : ''}Task('${meta.identifier}') on ${location}: tasks must be on singleton providers, not request- or transient-scoped ones`,
-        );
-      }
+      const instance = singletonInstance(
+        found,
+        () =>
+          new JobQueueError(
+            cron ? 'JQ_REQUEST_SCOPED_CRON' : 'JQ_REQUEST_SCOPED_TASK',
+            `@${cron ? 'Cron on @' : ''}Task('${meta.identifier}') on ${location}: tasks must be on singleton providers, not request- or transient-scoped ones`,
+          ),
+      ) as Record<string, TaskHandler>;
       // Looked up on the instance at each call rather than bound now: a test's spy on the
       // provider's method (jest.spyOn, vi.spyOn) sees the calls.
-      const instance = wrapper.instance as Record<string, TaskHandler>;
       this.register(meta, location, (payload, ctx) => instance[methodName](payload, ctx), cron);
     }
   }

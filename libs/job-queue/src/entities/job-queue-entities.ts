@@ -3,7 +3,7 @@ import { Column, Entity, PrimaryColumn } from 'typeorm';
 /**
  * TypeORM entities over the job tables, for reading jobs through repositories.
  * `synchronize: false`: the tables belong to the migrations, never to `synchronize`.
- * The hot path does not use them; it runs hand-written SQL (see sql/queries.ts).
+ * The hot path does not use them; it runs hand-written SQL (see sql/, one file per operation).
  *
  * Entities carry their schema in their metadata, so they are made per schema; make them
  * once per schema and share the result.

@@ -5,7 +5,7 @@ import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
  * The settings claims run with (the bench's SQL-limit line uses them too, as part of the claim):
  * - `synchronous_commit = off`: a claim does not wait for the disk. A server crash (or a
  *   failover) within a moment of it can lose it: its jobs are then offered again although
- *   their handlers started (see the README's delivery guarantees). Releases, adds and the
+ *   their handlers started (see docs/guarantees.md, delivery guarantees). Releases, adds and the
  *   app's own transactions are not affected, and any later durable commit (the release that
  *   follows) makes the claim durable too.
  * - no bitmap scans, sorts, incremental sorts or sequential scans: the claim walks the fetch

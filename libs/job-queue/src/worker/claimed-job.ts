@@ -2,7 +2,7 @@ import { attemptErrorsOf, type Job, type JobProgress, type JobRow } from '../cor
 import { dateOfEpochMicroseconds as dateOf } from '../sql/epoch-microseconds';
 import { fromTraceColumns } from '../core/trace-context';
 
-/** A row of sql claimJobs (CLAIMED_COLUMNS in sql/queries.ts): times in epoch microseconds. */
+/** A row of sql claimJobs (CLAIMED_COLUMNS in sql/claim.ts): times in epoch microseconds. */
 export interface ClaimedRow {
   id: string;
   task_identifier: string;

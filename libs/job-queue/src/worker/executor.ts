@@ -6,18 +6,14 @@ import type { Job } from '../core/job';
 import type { JobContext } from '../core/job-context';
 import { errorCode, errorMessage, type JobOutcome } from '../core/job-outcome';
 import { progressToJson, toJsonText } from '../core/json';
-import type { ResolvedJobQueueOptions } from '../core/options';
 import { defaultRetryDelayMs } from '../core/retry-delay';
-import type { JobQueueDatabase } from '../db/job-queue-database';
-import type { RegisteredTask, TaskRegistry } from '../discovery/task-registry';
-import type { JobQueueEvents } from '../events/job-queue-events';
+import type { RegisteredTask } from '../discovery/task-registry';
 import type { JobClsContext } from '../peers/job-cls-context';
 import type { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { WorkerAttemptContext } from './attempt-context';
 import { runAttempt } from './job-transaction';
-import type { WorkerMembership } from './membership';
 import { RunningJob } from './running-job';
-import type { WorkerState } from './worker-state';
+import { WorkerPart, type WorkerParts } from './worker-state';
 
 /** How long a transactional attempt's completion waits for the job's row lock (a caller's add_job holding it) before the attempt fails. */
 const COMPLETION_LOCK_TIMEOUT_MS = 1_000;
@@ -28,24 +24,20 @@ const COMPLETION_LOCK_TIMEOUT_MS = 1_000;
  * batcher: completed (with its result), retried after the task's delay, failed for good,
  * snoozed or cancelled; and tells the event stream.
  */
-export class Executor {
+export class Executor extends WorkerPart {
   private readonly logger = new Logger('JobQueueWorker');
   /** Every handler's ctx.addJob (one for all: it only passes the call on). */
   private readonly addJob: JobContext['addJob'];
 
   constructor(
-    private readonly state: WorkerState,
-    private readonly membership: WorkerMembership,
-    private readonly db: JobQueueDatabase,
-    private readonly options: ResolvedJobQueueOptions,
-    private readonly tasks: TaskRegistry,
-    private readonly events: JobQueueEvents,
+    parts: WorkerParts,
     private readonly telemetry: JobQueueTelemetry,
     private readonly clsContext: JobClsContext,
     addJob: JobContext['addJob'],
     /** A slot was freed (after `durationMs` of the handler, when it ran to its outcome): producer.ts. */
     private readonly slotFreed: (durationMs?: number) => void,
   ) {
+    super(parts);
     this.addJob = addJob;
   }
 

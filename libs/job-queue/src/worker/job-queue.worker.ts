@@ -65,9 +65,10 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.state = new WorkerState(this.createBatcher(membership.workerId));
     const addJob = ((identifier, ...args) => jobs.add(identifier, ...args)) as JobContext['addJob'];
     const launch = (job: Parameters<Executor['launch']>[0]) => this.executor.launch(job);
-    this.executor = new Executor(this.state, membership, db, options, tasks, events, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms));
-    this.producer = new Producer(this.state, membership, db, options, tasks, events, launch);
-    this.localSlots = new LocalSlots(this.state, this.producer, membership, options, tasks, launch, () => this.ownScope);
+    const parts = { state: this.state, membership, db, options, tasks, events };
+    this.executor = new Executor(parts, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms));
+    this.producer = new Producer(parts, launch);
+    this.localSlots = new LocalSlots(parts, this.producer, launch, () => this.ownScope);
     membership.attach({
       serialize: (step) => this.producer.serialize(step),
       cancelsHeard: (ids) => this.executor.cancel(ids),

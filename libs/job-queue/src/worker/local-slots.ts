@@ -1,12 +1,9 @@
 import type { AsyncResource } from 'node:async_hooks';
 import type { Job } from '../core/job';
-import type { ResolvedJobQueueOptions } from '../core/options';
-import type { TaskRegistry } from '../discovery/task-registry';
 import type { LocalSlot, LocalStarter } from '../service/local-start';
-import type { WorkerMembership } from './membership';
 import { maxHeld } from './prefetch';
 import type { Producer } from './producer';
-import type { WorkerState } from './worker-state';
+import { WorkerPart, type WorkerParts } from './worker-state';
 
 /**
  * Slots for jobs this process is adding (service/local-start.ts): the worker offers this to
@@ -14,18 +11,17 @@ import type { WorkerState } from './worker-state';
  * take its flags, has a free slot and room under maxHeld, and holds no claimed job waiting nor
  * knows of more in the table, nor claims (those go first).
  */
-export class LocalSlots implements LocalStarter {
+export class LocalSlots extends WorkerPart implements LocalStarter {
   constructor(
-    private readonly state: WorkerState,
+    parts: WorkerParts,
     private readonly producer: Producer,
-    private readonly membership: WorkerMembership,
-    private readonly options: ResolvedJobQueueOptions,
-    private readonly tasks: TaskRegistry,
     /** Starts a job's handler (executor.ts). */
     private readonly launch: (job: Job) => void,
     /** The worker's own async context (from its start()), which jobs started here run in. */
     private readonly scope: () => AsyncResource,
-  ) {}
+  ) {
+    super(parts);
+  }
 
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
     const { state, producer } = this;

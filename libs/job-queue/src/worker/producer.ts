@@ -1,15 +1,10 @@
 import { Logger } from '@nestjs/common';
 import { backoffMs, sleep } from '../core/backoff';
 import type { Job } from '../core/job';
-import type { ResolvedJobQueueOptions } from '../core/options';
-import type { JobQueueDatabase } from '../db/job-queue-database';
-import type { TaskRegistry } from '../discovery/task-registry';
-import type { JobQueueEvents } from '../events/job-queue-events';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
-import type { WorkerMembership } from './membership';
 import { maxHeld, PrefetchSizer } from './prefetch';
-import type { WorkerState } from './worker-state';
+import { WorkerPart, type WorkerParts } from './worker-state';
 
 /** How often a give-back retries rows someone else has locked (after 4, 16, 64, then 100 ms each: about 1 s). */
 const GIVE_BACK_BUSY_TRIES = 12;
@@ -20,7 +15,7 @@ const GIVE_BACK_BUSY_TRIES = 12;
  * prefetched jobs as slots free up, and gives back what the worker holds but will not run.
  * Claims and the steps that must not overlap them run one at a time, in the fetch chain.
  */
-export class Producer {
+export class Producer extends WorkerPart {
   private readonly logger = new Logger('JobQueueWorker');
   private readonly prefetch: PrefetchSizer;
   /** The connection claims run on (claim-connection.ts). */
@@ -40,15 +35,11 @@ export class Producer {
   private heldBack = false;
 
   constructor(
-    private readonly state: WorkerState,
-    private readonly membership: WorkerMembership,
-    private readonly db: JobQueueDatabase,
-    private readonly options: ResolvedJobQueueOptions,
-    private readonly tasks: TaskRegistry,
-    private readonly events: JobQueueEvents,
+    parts: WorkerParts,
     /** Starts a claimed job's handler (executor.ts). */
     private readonly launch: (job: Job) => void,
   ) {
+    super(parts);
     this.prefetch = new PrefetchSizer(() => this.state.concurrency);
     this.claims = new ClaimConnection(() => this.db.pool);
   }

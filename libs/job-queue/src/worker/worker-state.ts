@@ -1,4 +1,9 @@
 import type { Job } from '../core/job';
+import type { ResolvedJobQueueOptions } from '../core/options';
+import type { JobQueueDatabase } from '../db/job-queue-database';
+import type { TaskRegistry } from '../discovery/task-registry';
+import type { JobQueueEvents } from '../events/job-queue-events';
+import type { WorkerMembership } from './membership';
 import type { ReleaseBatcher } from './release-batcher';
 import type { RunningJob } from './running-job';
 
@@ -45,5 +50,29 @@ export class WorkerState {
   /** The ids of the jobs this worker holds: running and prefetched. */
   heldIds(): string[] {
     return [...this.running.keys(), ...this.prefetched.map((job) => job.id)];
+  }
+}
+
+/** What every part of the worker is given: the shared state and the module's services they all use. */
+export interface WorkerParts {
+  readonly state: WorkerState;
+  readonly membership: WorkerMembership;
+  readonly db: JobQueueDatabase;
+  readonly options: ResolvedJobQueueOptions;
+  readonly tasks: TaskRegistry;
+  readonly events: JobQueueEvents;
+}
+
+/** A part of the worker (producer, executor, local slots): the shared parts as its own fields. */
+export abstract class WorkerPart {
+  protected readonly state: WorkerState;
+  protected readonly membership: WorkerMembership;
+  protected readonly db: JobQueueDatabase;
+  protected readonly options: ResolvedJobQueueOptions;
+  protected readonly tasks: TaskRegistry;
+  protected readonly events: JobQueueEvents;
+
+  constructor(parts: WorkerParts) {
+    ({ state: this.state, membership: this.membership, db: this.db, options: this.options, tasks: this.tasks, events: this.events } = parts);
   }
 }
