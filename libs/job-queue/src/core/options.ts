@@ -141,6 +141,11 @@ export interface ResolvedJobQueueOptions {
   vacuumJobs: boolean;
 }
 
+/** Whether a completed job is kept in finished_jobs (retention.completed is not 0): the release and a transactional completion write it there, or delete it. */
+export function keepsCompleted(options: ResolvedJobQueueOptions): boolean {
+  return options.retention.completed !== 0;
+}
+
 function resolveRetention(options: unknown): Retention {
   if (options === undefined) return DEFAULT_RETENTION;
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
@@ -159,7 +164,7 @@ function resolveRetention(options: unknown): Retention {
 }
 
 /** An integer option from 1 to `max`, or `fallback` when it is not set; `why` says where `max` comes from. */
-function positiveInteger(name: string, value: unknown, fallback: number, max: number, why = ''): number {
+function positiveInteger<Fallback extends number | undefined>(name: string, value: unknown, fallback: Fallback, max: number, why = ''): number | Fallback {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
     throw new JobQueueError('JQ_INVALID_OPTIONS', `${name} must be an integer from 1 to ${max}${why}, got ${String(value)}`);
@@ -226,7 +231,7 @@ export function resolveOptions(options: JobQueueModuleOptions): Readonly<Resolve
     telemetry: options.telemetry ?? true,
     vacuumJobs: options.vacuumJobs ?? true,
     middleware,
-    concurrency: options.concurrency === undefined ? undefined : positiveInteger('concurrency', options.concurrency, 10, 1000),
+    concurrency: positiveInteger('concurrency', options.concurrency, undefined, 1000),
     pollInterval: positiveInteger('pollInterval', options.pollInterval, 2000, 3_600_000),
     shutdownGracePeriod: positiveInteger('shutdownGracePeriod', options.shutdownGracePeriod, 5000, 3_600_000),
     forbiddenFlags,

@@ -1,7 +1,7 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { EntityManager } from 'typeorm';
-import { findInApp, loadedPeer } from './optional-peer';
+import { peerProviderInApp } from './optional-peer';
 
 interface TransactionHostLike {
   isTransactionActive(): boolean;
@@ -22,8 +22,7 @@ export class AmbientTransaction implements OnModuleInit {
 
   onModuleInit(): void {
     // Loaded only by an app that imports it, and even then perhaps without ClsPluginTransactional: then nothing changes
-    const plugin = loadedPeer<{ TransactionHost: unknown }>('@nestjs-cls/transactional');
-    if (plugin) this.host = findInApp<TransactionHostLike>(this.moduleRef, plugin.TransactionHost);
+    this.host = peerProviderInApp<TransactionHostLike>(this.moduleRef, '@nestjs-cls/transactional', 'TransactionHost');
   }
 
   /** The active transaction's EntityManager, or undefined outside one. */

@@ -1,6 +1,6 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { findInApp, loadedPeer } from './optional-peer';
+import { peerProviderInApp } from './optional-peer';
 
 interface ClsServiceLike {
   run<T>(options: { ifNested: 'inherit' | 'reuse' | 'override' }, callback: () => T): T;
@@ -20,8 +20,7 @@ export class JobClsContext implements OnModuleInit {
 
   onModuleInit(): void {
     // Loaded only by an app that imports it, and even then perhaps without ClsModule: then handlers run as they are
-    const cls = loadedPeer<{ ClsService: unknown }>('nestjs-cls');
-    if (cls) this.cls = findInApp<ClsServiceLike>(this.moduleRef, cls.ClsService);
+    this.cls = peerProviderInApp<ClsServiceLike>(this.moduleRef, 'nestjs-cls', 'ClsService');
   }
 
   /** Runs `fn` in a fresh CLS context (never the caller's: each job has its own). */

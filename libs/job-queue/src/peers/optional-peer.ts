@@ -8,13 +8,7 @@ import type { ModuleRef } from '@nestjs/core';
 
 /** The package `name`, or undefined when it is not installed; any other failure to load it is thrown. */
 export function loadOptionalPeer<Exports>(name: string): Exports | undefined {
-  try {
-    return require(name) as Exports;
-  } catch (error) {
-    const { code, message } = error as { code?: string; message?: string };
-    if (code === 'MODULE_NOT_FOUND' && message?.includes(`'${name}'`)) return undefined;
-    throw error;
-  }
+  return unlessMissing(name, () => require(name) as Exports);
 }
 
 /**
@@ -25,24 +19,34 @@ export function loadOptionalPeer<Exports>(name: string): Exports | undefined {
  * (a tenth of a drain's CPU), which an app that has the package installed but does not use it
  * must not pay.
  */
-export function loadedPeer<Exports>(name: string): Exports | undefined {
-  let path: string;
-  try {
-    path = require.resolve(name);
-  } catch (error) {
-    const { code, message } = error as { code?: string; message?: string };
-    if (code === 'MODULE_NOT_FOUND' && message?.includes(`'${name}'`)) return undefined;
-    throw error;
-  }
+function loadedPeer<Exports>(name: string): Exports | undefined {
+  const path = unlessMissing(name, () => require.resolve(name));
   // An ESM app's import of these CommonJS packages lands in require.cache too.
-  return require.cache[path]?.exports as Exports | undefined;
+  return path === undefined ? undefined : (require.cache[path]?.exports as Exports | undefined);
 }
 
-/** The instance of `token` (an optional peer's provider class) in the app's modules, or undefined when the app did not set it up. */
-export function findInApp<Instance>(moduleRef: ModuleRef, token: unknown): Instance | undefined {
+/**
+ * The app's instance of the provider class `exported` of the peer `name` (ClsService,
+ * TransactionHost), or undefined when the app has not loaded the package or not set the
+ * provider up.
+ */
+export function peerProviderInApp<Instance>(moduleRef: ModuleRef, name: string, exported: string): Instance | undefined {
+  const token = loadedPeer<Record<string, unknown>>(name)?.[exported];
+  if (token === undefined) return undefined;
   try {
     return moduleRef.get(token as never, { strict: false }) as Instance;
   } catch {
     return undefined;
+  }
+}
+
+/** What `load` returns, or undefined when it failed because the package `name` is not installed. */
+function unlessMissing<T>(name: string, load: () => T): T | undefined {
+  try {
+    return load();
+  } catch (error) {
+    const { code, message } = error as { code?: string; message?: string };
+    if (code === 'MODULE_NOT_FOUND' && message?.includes(`'${name}'`)) return undefined;
+    throw error;
   }
 }

@@ -6,6 +6,7 @@ import type { Job } from '../core/job';
 import type { JobContext } from '../core/job-context';
 import { errorCode, errorMessage, type JobOutcome } from '../core/job-outcome';
 import { progressToJson, toJsonText } from '../core/json';
+import { keepsCompleted } from '../core/options';
 import { defaultRetryDelayMs } from '../core/retry-delay';
 import type { RegisteredTask } from '../discovery/task-registry';
 import type { JobClsContext } from '../peers/job-cls-context';
@@ -39,11 +40,6 @@ export class Executor extends WorkerPart {
   ) {
     super(parts);
     this.addJob = addJob;
-  }
-
-  /** Whether a completed job is kept in finished_jobs (retention.completed is not 0). */
-  get keepsCompleted(): boolean {
-    return this.options.retention.completed !== 0;
   }
 
   launch(job: Job): void {
@@ -156,7 +152,7 @@ export class Executor extends WorkerPart {
     await manager.query(`select set_config('lock_timeout', $1, true)`, [`${COMPLETION_LOCK_TIMEOUT_MS}ms`]);
     const [row] = await this.db.run<{ completed: number; cancelled: boolean }>(
       'completeJobInTransaction',
-      [workerId, job.id, resultJson, progress, this.keepsCompleted],
+      [workerId, job.id, resultJson, progress, keepsCompleted(this.options)],
       manager,
     );
     if (row?.completed === 1) return;

@@ -1,11 +1,10 @@
 import { Inject, Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationBootstrap } from '@nestjs/common';
 import { AsyncResource } from 'node:async_hooks';
-import type { QueryResultRow } from 'pg';
 import type { Observable } from 'rxjs';
 import type { JobQueueEvent } from '../core/events';
 import type { JobContext } from '../core/job-context';
-import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
-import { JobQueueDatabase, type Statement } from '../db/job-queue-database';
+import { JOB_QUEUE_OPTIONS, keepsCompleted, type ResolvedJobQueueOptions } from '../core/options';
+import { JobQueueDatabase } from '../db/job-queue-database';
 import { concurrencyForPool, poolSizeWarning } from '../db/pool-size';
 import { TaskRegistry } from '../discovery/task-registry';
 import { JobQueueEvents } from '../events/job-queue-events';
@@ -73,7 +72,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       serialize: (step) => this.producer.serialize(step),
       cancelsHeard: (ids) => this.executor.cancel(ids),
       afterHeartbeat: () => this.producer.afterHeartbeat(),
-      fenced: (oldId, newId) => this.fenced(oldId, newId),
+      fenced: (oldId) => this.fenced(oldId),
       stopping: () => this.state.stopping,
       concurrency: () => this.state.concurrency,
     });
@@ -111,11 +110,6 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       lastHeartbeatAt: this.membership.lastHeartbeat,
       runningJobs: this.state.running.size,
     };
-  }
-
-  /** Runs a statement on the worker's pinned connection (see WorkerMembership.run). */
-  runPinned<Row extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]> {
-    return this.membership.run<Row>(statement, values);
   }
 
   async start(): Promise<void> {
@@ -161,7 +155,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     // A later start() or runUntilIdle() registers under a new id: rows the give-back had to
     // leave (a caller's lock) stay with the old one, for the sweep, and never with a live worker that forgot them.
     membership.renewId();
-    state.batcher = this.createBatcher(membership.workerId);
+    this.followNewId();
     if (givenBack.length > 0) this.logger.warn(`Gave back ${givenBack.length} unfinished job(s): ${givenBack.join(', ')}`);
     this.logger.log(`Worker ${workerId} stopped`);
     this.events.emit({ type: 'worker:stop', workerId, givenBack });
@@ -182,7 +176,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
         this.sizeSlots();
         await membership.register();
       }
-      await this.runWhileAvailable();
+      await producer.runWhileAvailable();
     } finally {
       // A producer-only app keeps no connection for claims once no runUntilIdle() is under way.
       if (--this.idleRuns === 0 && !state.started && !state.stopping) await producer.closeClaims();
@@ -190,22 +184,6 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
-  private async runWhileAvailable(): Promise<void> {
-    const { state } = this;
-    while (!state.stopping) {
-      // Idle only if a claim that began with nothing running, prefetched or unwritten finds
-      // nothing: a result written during the claim may have freed a named queue it skipped.
-      const settledBefore = state.running.size === 0 && state.prefetched.length === 0 && state.batcher.idle;
-      const claimed = await this.producer.wake();
-      if (state.running.size > 0) {
-        await Promise.race([...state.running.values()].map((r) => r.done));
-      } else if (!state.batcher.idle) {
-        await state.batcher.flush();
-      } else if (settledBefore && claimed === 0) {
-        return;
-      }
-    }
-  }
 
   /** Concurrency: the option, or as many as the pool holds besides the queue's own connections, at most 10. */
   private sizeSlots(): void {
@@ -213,24 +191,22 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   }
 
   /**
-   * The cluster declared this worker dead (membership.ts took a new id): the jobs it held were
-   * given to others (or will be, by the orphan rule). It stops their handlers, forgets its
-   * prefetched jobs, and takes a release batcher for the new id, so that nothing claimed under
-   * the old id is ever written under the new one (a claim in flight is dropped when it
-   * returns: its id is stale).
+   * The cluster declared this worker dead as `oldId` (membership.ts took a new id and reports
+   * it): the handlers are aborted and the prefetched jobs forgotten, and releases go to a new
+   * batcher, so that nothing claimed under the old id is ever written under the new one (a
+   * claim in flight is dropped when it returns: its id is stale). Returns the jobs it lost.
    */
-  private fenced(oldId: string, newId: string): void {
-    const { state } = this;
+  private fenced(oldId: string): string[] {
     const lostJobs = this.executor.loseAll(oldId);
-    const oldBatcher = state.batcher;
-    state.batcher = this.createBatcher(newId);
-    void oldBatcher.stop(); // writes nothing that matters: every row it names is locked by someone else now
-    this.logger.error(
-      `Worker ${oldId} was declared dead by the cluster (no heartbeat for ${this.options.workerTimeout} ms: a stall or a lost connection). ` +
-        `Its ${lostJobs.length} job(s) were given to other workers; it writes no outcome for them and aborted their handlers` +
-        `${lostJobs.length ? ` (${lostJobs.join(', ')})` : ''}. Rejoining as ${newId}.`,
-    );
-    this.events.emit({ type: 'worker:fenced', workerId: oldId, newWorkerId: newId, lostJobs });
+    void this.followNewId().stop(); // writes nothing that matters: every row it names is locked by someone else now
+    return lostJobs;
+  }
+
+  /** A release batcher for the membership's current id, after a fence or a stop; returns the old one. */
+  private followNewId(): ReleaseBatcher {
+    const old = this.state.batcher;
+    this.state.batcher = this.createBatcher(this.membership.workerId);
+    return old;
   }
 
   /**
@@ -239,7 +215,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    */
   private createBatcher(workerId: string): ReleaseBatcher {
     return new ReleaseBatcher(
-      writeReleases(this.db, workerId, this.options.retention.completed !== 0),
+      writeReleases(this.db, workerId, keepsCompleted(this.options)),
       (error) => this.events.reportError(this.membership.workerId, 'release', error),
       (cancelled) => {
         for (const { id, reason } of cancelled) this.events.emit({ type: 'job:cancelled', jobId: id, reason });

@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { QueryResultRow } from 'pg';
@@ -18,8 +18,8 @@ export interface MembershipHooks {
   cancelsHeard(ids: string[]): void;
   /** After a heartbeat that did not find the worker dead. */
   afterHeartbeat(): void;
-  /** The cluster declared `oldId` dead: its jobs belong to others now; the worker goes on as `newId`. */
-  fenced(oldId: string, newId: string): void;
+  /** The cluster declared `oldId` dead: its jobs belong to others now; the worker drops them and goes on under the new id. Returns their ids. */
+  fenced(oldId: string): string[];
   stopping(): boolean;
   concurrency(): number;
 }
@@ -35,6 +35,7 @@ export interface MembershipHooks {
  */
 @Injectable()
 export class WorkerMembership extends PinnedConnection {
+  private readonly logger = new Logger('JobQueueWorker');
   private id = newWorkerId();
   private registered = false;
   /** When the worker's row last proved it alive (registration or heartbeat), epoch ms. */
@@ -66,10 +67,6 @@ export class WorkerMembership extends PinnedConnection {
   /** Registered under its current id: not rejoining after a fence. */
   get isMember(): boolean {
     return this.registered && !this.rejoining;
-  }
-
-  get isRejoining(): boolean {
-    return this.rejoining;
   }
 
   get lastHeartbeat(): Date | null {
@@ -168,7 +165,13 @@ export class WorkerMembership extends PinnedConnection {
     this.id = newWorkerId();
     this.registered = false; // until rejoin(): heartbeats meanwhile find no row, and that is expected
     this.rejoining = true;
-    this.hooks!.fenced(oldId, this.id);
+    const lostJobs = this.hooks!.fenced(oldId);
+    this.logger.error(
+      `Worker ${oldId} was declared dead by the cluster (no heartbeat for ${this.options.workerTimeout} ms: a stall or a lost connection). ` +
+        `Its ${lostJobs.length} job(s) were given to other workers; it writes no outcome for them and aborted their handlers` +
+        `${lostJobs.length ? ` (${lostJobs.join(', ')})` : ''}. Rejoining as ${this.id}.`,
+    );
+    this.events.emit({ type: 'worker:fenced', workerId: oldId, newWorkerId: this.id, lostJobs });
     this.hooks!.serialize(() => this.rejoin());
   }
 

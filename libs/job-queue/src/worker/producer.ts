@@ -71,6 +71,24 @@ export class Producer extends WorkerPart {
     return this.fetchChain;
   }
 
+  /** Claims and runs jobs until a claim that began with nothing held finds nothing (runUntilIdle()). */
+  async runWhileAvailable(): Promise<void> {
+    const { state } = this;
+    while (!state.stopping) {
+      // Idle only if a claim that began with nothing running, prefetched or unwritten finds
+      // nothing: a result written during the claim may have freed a named queue it skipped.
+      const settledBefore = state.running.size === 0 && state.prefetched.length === 0 && state.batcher.idle;
+      const claimed = await this.wake();
+      if (state.running.size > 0) {
+        await Promise.race([...state.running.values()].map((r) => r.done));
+      } else if (!state.batcher.idle) {
+        await state.batcher.flush();
+      } else if (settledBefore && claimed === 0) {
+        return;
+      }
+    }
+  }
+
   /** Runs `step` in the fetch chain, after the claim under way. */
   serialize(step: () => Promise<unknown>): void {
     this.fetchChain = this.fetchChain.then(async () => {
