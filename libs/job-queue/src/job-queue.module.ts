@@ -4,7 +4,7 @@ import { JOB_QUEUE_OPTIONS, resolveOptions, type JobQueueModuleOptions } from '.
 import { CronScheduler } from './cron/cron-scheduler';
 import { JobQueueDatabase } from './db/job-queue-database';
 import { PinnedConnection } from './db/pinned-connection';
-import { JobEventListeners } from './discovery/job-event-listeners';
+import { JobQueueExplorer } from './discovery/job-queue-explorer';
 import { TaskRegistry } from './discovery/task-registry';
 import { JobQueueEvents } from './events/job-queue-events';
 import { ConfigurableJobQueueModule, JOB_QUEUE_MODULE_OPTIONS, JOB_QUEUE_OPTIONS_TYPE } from './job-queue.module-definition';
@@ -44,7 +44,7 @@ import { WorkerMembership } from './worker/membership';
     WorkerMembership,
     { provide: PinnedConnection, useExisting: WorkerMembership },
     JobQueueWorker,
-    JobEventListeners,
+    JobQueueExplorer,
     CronScheduler,
     JobQueueMaintenance,
   ],

@@ -1,12 +1,10 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
-import { takeCronMetadata, type NestCronOptions } from './cron-metadata';
+import { Injectable } from '@nestjs/common';
+import type { NestCronOptions } from './cron-metadata';
 import { checkDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
 import { validateJob } from '../core/validate-job-spec';
-import { decoratedMethods, singletonInstance } from './decorated-methods';
 import type { JobContext } from '../core/job-context';
-import { TASK_METADATA, type TaskMetadata, type TaskOptions } from '../decorators/task.decorator';
+import type { TaskMetadata, TaskOptions } from '../decorators/task.decorator';
 
 export type TaskHandler = (payload: unknown, ctx: JobContext) => unknown;
 
@@ -23,55 +21,28 @@ export interface RegisteredTask {
   timeoutMs?: number;
 }
 
-/** Finds every `@Task` method at startup, with Nest's DiscoveryService. */
+/**
+ * The tasks of this app, by identifier: what the worker runs and add() checks. JobQueueExplorer
+ * fills it from the `@Task` methods it finds (discoverWith), once, before the first lookup.
+ */
 @Injectable()
-export class TaskRegistry implements OnModuleInit {
+export class TaskRegistry {
   private readonly tasks = new Map<string, RegisteredTask>();
-  private discovered = false;
+  private discoverer?: () => void;
 
-  constructor(
-    private readonly discovery: DiscoveryService,
-    private readonly scanner: MetadataScanner,
-    private readonly reflector: Reflector,
-  ) {
-    // Before any onModuleInit, so before @nestjs/schedule's explorer looks for @Cron methods.
-    for (const { method } of this.taskMethods()) takeCronMetadata(method);
+  /** How to find the tasks: run by discover(), once. */
+  discoverWith(discoverer: () => void): void {
+    this.discoverer = discoverer;
   }
 
-  onModuleInit(): void {
-    this.discover();
+  /** Finds the tasks, if they were not found yet. */
+  discover(): void {
+    const discoverer = this.discoverer;
+    this.discoverer = undefined;
+    discoverer?.();
   }
 
-  /**
-   * Registers every @Task method, once: at onModuleInit, or earlier if another provider's
-   * onModuleInit adds a job first (providers are all instantiated by then).
-   */
-  private discover(): void {
-    if (this.discovered) return;
-    this.discovered = true;
-    for (const found of this.taskMethods()) {
-      const { meta, location, method, methodName } = found;
-      const cron = takeCronMetadata(method);
-      const instance = singletonInstance(
-        found,
-        () =>
-          new JobQueueError(
-            cron ? 'JQ_REQUEST_SCOPED_CRON' : 'JQ_REQUEST_SCOPED_TASK',
-            `@${cron ? 'Cron on @' : ''}Task('${meta.identifier}') on ${location}: tasks must be on singleton providers, not request- or transient-scoped ones`,
-          ),
-      ) as Record<string, TaskHandler>;
-      // Looked up on the instance at each call rather than bound now: a test's spy on the
-      // provider's method (jest.spyOn, vi.spyOn) sees the calls.
-      this.register(meta, location, (payload, ctx) => instance[methodName](payload, ctx), cron);
-    }
-  }
-
-  /** Every method carrying @Task, on providers and controllers (as @nestjs/schedule finds @Cron). */
-  private taskMethods() {
-    return decoratedMethods<TaskMetadata>(this.discovery, this.scanner, this.reflector, TASK_METADATA);
-  }
-
-  private register(meta: TaskMetadata, location: string, handler: TaskHandler, cron?: NestCronOptions): void {
+  register(meta: TaskMetadata, location: string, handler: TaskHandler, cron?: NestCronOptions): void {
     const where = `@Task('${String(meta.identifier)}') on ${location}`;
     try {
       const { maxAttempts, queueName, priority } = meta.options;
