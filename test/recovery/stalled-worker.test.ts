@@ -22,10 +22,11 @@ describe('a stalled worker', () => {
     sql = await connect(db.url);
     await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
     await sql.query('create table forbidden_flags (pid int not null, flag text not null)');
+    await sql.query('create table handler_events (job_id bigint not null, pid int not null, event text not null, code text)');
   });
   afterEach(async () => {
     await stopWorkerProcesses();
-    await sql.query('truncate runs, forbidden_flags');
+    await sql.query('truncate runs, forbidden_flags, handler_events');
     await sql.query('delete from job_queue.jobs');
   });
   after(async () => {
@@ -91,5 +92,50 @@ describe('a stalled worker', () => {
     const [other] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
     const { otherId } = await stallAndResume(victim, other);
     assert.equal(await leaseHolder(), otherId, 'the lease stayed with the worker that took it over');
+  });
+
+  it('its handlers\' signals abort with JQ_WORKER_LOST, and nothing those attempts write afterwards (progress, a result, an error) reaches the jobs', async () => {
+    const [other] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
+    await waitFor('the first process to lead', async () => (await leaseHolder()) === other.workerId);
+    const [victim] = await startWorkerProcesses(1, { url: db.url, concurrency: 4, env: ENV });
+    await forbid(other, 'pinned');
+    const { rows: jobs } = await sql.query(
+      `select id::text, outcome from unnest(array['complete', 'fail']) as outcome,
+              lateral job_queue.add_job('abort-then-settle', jsonb_build_object('outcome', outcome), flags => '{pinned}') as id`,
+    );
+    const ids = jobs.map((job) => job.id as string).sort((a, b) => Number(a) - Number(b));
+    const events = async (event: string) =>
+      (await sql.query('select job_id::text, pid, code from handler_events where event = $1 and job_id = any($2::bigint[]) order by job_id', [event, ids])).rows;
+    await waitFor('the victim to start both jobs', async () => (await events('started')).length === 2);
+    // from now on nobody may claim them: the stale attempts are the only ones
+    await forbid(victim, 'pinned');
+
+    victim.pause();
+    await waitForValue(sql, 'the sweep to take both jobs from the stalled worker', `select count(*)::int from job_queue.jobs where id = any($1::bigint[]) and locked_by is null`, 2, [ids]);
+    const rowsOf = async () =>
+      (
+        await sql.query(
+          `select id::text, locked_by, attempts, progress, last_error ~ '^JQ_WORKER_LOST' as lost from job_queue.jobs where id = any($1::bigint[]) order by id`,
+          [ids],
+        )
+      ).rows;
+    const rescued = await rowsOf();
+    assert.deepEqual(rescued, ids.map((id) => ({ id, locked_by: null, attempts: 1, progress: null, lost: true })));
+
+    victim.resume();
+    await victim.waitForOutput('the victim to learn it was declared dead', /was declared dead by the cluster/);
+    await waitFor('both stale handlers to settle', async () => (await events('settled')).length === 2);
+    assert.deepEqual(await events('aborted'), ids.map((id) => ({ job_id: id, pid: victim.pid, code: 'JQ_WORKER_LOST' })), 'both signals aborted with JQ_WORKER_LOST');
+    // a job only the victim may run, under its new id: once it is completed, the victim's
+    // releases after the settles (in order, one batcher) have been written
+    await forbid(other, 'marker');
+    const [marker] = (await sql.query(`select id::text from job_queue.add_job('record', flags => '{marker}')`)).rows;
+    await waitForValue(sql, 'the victim to run and complete the marker', 'select count(*)::int from job_queue.jobs where id = $1', 0, [marker.id]);
+    assert.equal((await sql.query('select count(*)::int as n from runs where job_id = $1 and pid = $2', [marker.id, victim.pid])).rows[0].n, 1);
+
+    assert.deepEqual(await rowsOf(), rescued, 'the stale attempts changed nothing: no progress, no attempt, no lock');
+    const { rows: finished } = await sql.query('select count(*)::int as n from job_queue.finished_jobs where id = any($1::bigint[])', [ids]);
+    assert.equal(finished[0].n, 0, 'neither was completed nor failed');
+    assert.match(victim.output, /settled after this worker lost it; its outcome was not written/);
   });
 });

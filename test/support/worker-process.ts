@@ -9,7 +9,9 @@
  * `aborted` with the abort reason's code, and throws that reason), `ignore-cancel` (records
  * `started`, and `aborted` with the reason's code if its signal aborts, but carries on: once
  * the test inserts its job id into the test's `handler_go` table (job_id) it records
- * `returned` and returns `{ ignored: true }`) and `noop` (does nothing: quick jobs, which teach
+ * `returned` and returns `{ ignored: true }`), `abort-then-settle` (`{ outcome }`: records
+ * `started`; once its signal aborts records `aborted` with the code, reports progress, records
+ * `settled` and returns or throws as `outcome` says) and `noop` (does nothing: quick jobs, which teach
  * the worker to prefetch), `tx-write` (transaction: true; inserts into the test's `tx_writes`
  * table: job_id, pid, attempt, through ctx.manager, records `wrote`, then waits for `handler_go`
  * like `ignore-cancel`, records `returned` and returns `{ pid }`); with CRON=1 also
@@ -78,6 +80,23 @@ class ProcessTasks {
 
   @Task('noop')
   async noop() {}
+
+  /**
+   * Honours its signal, then tries to write what a run that ignores being fenced would:
+   * records `started`; once aborted, records `aborted` with the reason's code, reports
+   * progress, records `settled` and then returns (payload `{ outcome: 'complete' }`) or
+   * throws (`'fail'`).
+   */
+  @Task('abort-then-settle')
+  async abortThenSettle(payload: { outcome: 'complete' | 'fail' }, ctx: JobContext) {
+    await this.event(ctx, 'started');
+    const reason = await new Promise<unknown>((resolve) => ctx.signal.addEventListener('abort', () => resolve(ctx.signal.reason), { once: true }));
+    await this.event(ctx, 'aborted', (reason as { code?: string })?.code ?? null);
+    ctx.progress({ after: 'abort' });
+    await this.event(ctx, 'settled');
+    if (payload.outcome === 'fail') throw new Error('the stale attempt failed');
+    return { stale: true };
+  }
 
   /**
    * A transactional task: inserts into the test's `tx_writes` (job_id, pid, attempt) through
