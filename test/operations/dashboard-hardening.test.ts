@@ -73,8 +73,9 @@ function rawRequest(port: number, text: string): Promise<string> {
 
 /**
  * The dashboard against what an attacker or an unusual app brings: markup in every job field,
- * redact on every page, each cross-site check on its own, an absolute request-target, a
- * refusing guard on every method, and a guard class with dependencies of the app.
+ * redact on every page, each cross-site check on its own, a malformed token cookie, an
+ * absolute request-target, a refusing guard on every method, and a guard class with
+ * dependencies of the app.
  */
 describe('dashboard hardening', () => {
   let ctx: TestAppContext;
@@ -143,6 +144,17 @@ describe('dashboard hardening', () => {
     assert.equal((await post({ 'sec-fetch-site': 'same-site', origin: ctx.t.url! }, `_csrf=${TOKEN}`)).status, 403, 'a sibling site');
     assert.equal((await ctx.t.jobs.getJob(id))?.cancelRequestedAt, null, 'nothing was cancelled');
     assert.equal((await post({ origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' }, `_csrf=${TOKEN}`)).status, 303, 'the page itself');
+  });
+
+  it('a token cookie that is not valid percent-encoding (a sibling site can set one) gets a new token, not a 500; an action with it is refused', async () => {
+    const cookie = 'jq_dashboard_csrf=%E0%A4%A';
+    const page = await fetch(`${base}/jobs`, { headers: { cookie } });
+    assert.equal(page.status, 200, 'the page is served');
+    assert.match(page.headers.getSetCookie().join('\n'), /^jq_dashboard_csrf=[0-9a-f]{32};/m, 'with a new token');
+    const { id } = await ctx.t.jobs.add('nobody_runs_this', {});
+    const post = await fetch(`${base}/jobs/${id}/cancel`, { method: 'POST', headers: { ...FORM, cookie }, body: '_csrf=%25E0%25A4%25A', redirect: 'manual' });
+    assert.equal(post.status, 403, 'the action is refused');
+    assert.equal((await ctx.t.jobs.getJob(id))?.cancelRequestedAt, null, 'nothing was cancelled');
   });
 
   it('an action redirects to this server whatever request-target the client sent', async () => {

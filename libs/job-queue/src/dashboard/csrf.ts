@@ -26,10 +26,19 @@ function header(request: HttpRequest, name: string): string | undefined {
   return Array.isArray(value) ? value[0] : value;
 }
 
+/**
+ * The first value of the cookie `name` that is valid percent-encoding: one that is not (which
+ * a sibling site can set for the whole domain) is no token, rather than an error on every page.
+ */
 function cookie(request: HttpRequest, name: string): string | undefined {
   for (const part of (header(request, 'cookie') ?? '').split(';')) {
     const at = part.indexOf('=');
-    if (at > 0 && part.slice(0, at).trim() === name) return decodeURIComponent(part.slice(at + 1).trim());
+    if (at <= 0 || part.slice(0, at).trim() !== name) continue;
+    try {
+      return decodeURIComponent(part.slice(at + 1).trim());
+    } catch {
+      // URIError: not this one
+    }
   }
   return undefined;
 }
