@@ -15,6 +15,7 @@ class Orders {
   constructor(
     private readonly txHost: TransactionHost<TransactionalAdapterTypeOrm>,
     private readonly jobs: JobQueueService,
+    private readonly dataSource: DataSource,
   ) {}
 
   @Transactional()
@@ -24,6 +25,23 @@ class Orders {
     await this.jobs.addMany([{ identifier: 'ship_order', payload: { id, copy: true } }]);
     if (fail) throw new Error('payment declined');
     return job;
+  }
+
+  /**
+   * Inside a @Transactional() method, jobs added with an explicit `manager` of a transaction
+   * of their own: `fail` says which of the two transactions rolls back.
+   */
+  @Transactional()
+  async placeBeside(id: number, fail: 'ambient' | 'explicit') {
+    await this.txHost.tx.query('insert into orders (id) values ($1)', [id]);
+    const explicit = this.dataSource.transaction(async (manager) => {
+      await this.jobs.add('ship_order', { id }, { manager });
+      await this.jobs.addMany([{ identifier: 'ship_order', payload: { id, copy: true } }], { manager });
+      if (fail === 'explicit') throw new Error('explicit rolled back');
+    });
+    if (fail === 'explicit') await assert.rejects(explicit, /explicit rolled back/);
+    else await explicit;
+    if (fail === 'ambient') throw new Error('ambient rolled back');
   }
 }
 
@@ -96,5 +114,16 @@ describe('ambient transactions (@nestjs-cls/transactional)', () => {
     assert.deepEqual(shipped, [1, 1, 3], 'the three committed jobs ran, each writing in its own transaction');
     assert.equal(seen.length, 3);
     assert.deepEqual(seen.filter(([id, fromCls]) => id !== fromCls), [], 'each handler read back its own job id from CLS');
+  });
+
+  // After the drain above: the jobs these add are never run.
+  it('an explicit manager wins over the ambient transaction: the jobs commit or roll back with its transaction', async () => {
+    await assert.rejects(ctx.t.app.get(Orders).placeBeside(4, 'ambient'), /ambient rolled back/);
+    assert.deepEqual(await order(4), [], 'the ambient transaction rolled back');
+    assert.deepEqual(await jobsFor(4), [{ id: 4 }, { id: 4, copy: true }], "add() and addMany() committed with the explicit manager's transaction");
+
+    await ctx.t.app.get(Orders).placeBeside(5, 'explicit');
+    assert.deepEqual(await order(5), [{ id: 5 }], 'the ambient transaction committed');
+    assert.deepEqual(await jobsFor(5), [], "add() and addMany() rolled back with the explicit manager's transaction");
   });
 });

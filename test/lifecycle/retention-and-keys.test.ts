@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
-import { Injectable } from '@nestjs/common';
+import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { TypeOrmModule } from '@nestjs/typeorm';
 import type { Client } from 'pg';
-import { JobQueueMaintenance, Task, type JobContext, type JobKeyMode, type JobQueueEvent, type JobState } from '../../libs/job-queue/src';
+import { JobQueueEntities, JobQueueMaintenance, JobQueueModule, Task, type JobContext, type JobKeyMode, type JobQueueEvent, type JobState } from '../../libs/job-queue/src';
 import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor, waitForValue, type Queryable } from '../support/wait';
@@ -165,6 +167,52 @@ describe('retention of finished jobs', () => {
     await maintenance.runOnce();
     assert.deepEqual(await finishedIds(sql, 'completed'), [], 'the next round deletes it');
     await assertCountsMatchRows(t, sql, {});
+  });
+});
+
+/**
+ * The default retention (completed 1d, failed 7d, cancelled 7d), in an app on default options
+ * (JobQueueModule.forRoot()): the maintenance's cleanup, run by hand, deletes the finished jobs
+ * past their state's retention and keeps the others.
+ */
+describe('retention by default', () => {
+  let db: TestDatabase;
+  let sql: Client;
+  let app: INestApplicationContext;
+
+  before(async () => {
+    db = await createTestDatabase('lifecycle_default_retention');
+    sql = await connect(db.url);
+    @Module({ imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: JobQueueEntities }), JobQueueModule.forRoot()] })
+    class DefaultsModule {}
+    app = await NestFactory.createApplicationContext(DefaultsModule, { logger: false });
+  });
+  after(async () => {
+    await app.close();
+    await closeTestApp({ db, sql });
+  });
+
+  it('keeps completed jobs for a day, failed and cancelled ones for a week', async () => {
+    const ages = ['23 hours', '25 hours', '6 days', '8 days'];
+    const kept: Record<'completed' | 'failed' | 'cancelled', string[]> = {
+      completed: ['23 hours'],
+      failed: ['23 hours', '25 hours', '6 days'],
+      cancelled: ['23 hours', '25 hours', '6 days'],
+    };
+    const expected: Record<string, string[]> = {};
+    for (const state of ['completed', 'failed', 'cancelled'] as const) {
+      expected[state] = [];
+      for (const age of ages) {
+        const [id] = await insertHistory(sql, state, age, 1);
+        if (kept[state].includes(age)) expected[state].push(id);
+      }
+    }
+    const maintenance = app.get(JobQueueMaintenance);
+    await maintenance.runOnce();
+    assert.equal(maintenance.isLeader, true, "the round was the leader's: it ran the cleanup");
+    for (const state of ['completed', 'failed', 'cancelled'] as const) {
+      assert.deepEqual(await finishedIds(sql, state), expected[state], `${state}: kept ${kept[state].join(', ')} old, deleted the older`);
+    }
   });
 });
 

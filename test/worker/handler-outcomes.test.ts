@@ -36,6 +36,18 @@ class OutcomeTasks {
     if (run <= SNOOZES) throw new SnoozeJob(0, `snooze ${run}`);
     return 'ran';
   }
+
+  /** Snoozed for an hour at its first run; a second run (which must not come before then) completes it. */
+  @Task('snoozed_an_hour', { maxAttempts: 3 })
+  snoozedAnHour(_payload: unknown, ctx: JobContext) {
+    if (count(ctx) === 1) throw new SnoozeJob('1h', 'back in an hour');
+    return 'ran';
+  }
+
+  @Task('ready')
+  ready(_payload: unknown, ctx: JobContext) {
+    count(ctx);
+  }
 }
 
 const SNOOZES = MAX_KEPT_ERRORS + 5;
@@ -92,6 +104,35 @@ describe('handler outcomes: PermanentJobError and SnoozeJob', () => {
       messages(SNOOZES - MAX_KEPT_ERRORS + 1, SNOOZES).map((message) => ['JQ_JOB_SNOOZED', message]),
       `the latest ${MAX_KEPT_ERRORS} snoozes, oldest first (a completed job takes its errors from its row in jobs, where each snooze was recorded)`,
     );
+  });
+
+  it("SnoozeJob('1h') puts the job an hour ahead with its attempt given back, and the next runUntilIdle() does not run it", async () => {
+    const { rows: [{ before }] } = await ctx.sql.query(`select now()::text as before`);
+    const job = await ctx.t.jobs.add('snoozed_an_hour', {});
+    const snoozed = async () => {
+      const got = await ctx.t.jobs.getJob(job.id);
+      return got !== null && got.lockedBy === null && got.errors.length > 0;
+    };
+    await waitFor('the snooze to be written', snoozed);
+    const { rows } = await ctx.sql.query(
+      `select finished, attempts, errors->0->>'code' as code,
+              run_at >= $2::timestamptz + interval '1 hour' as not_sooner, run_at <= now() + interval '1 hour' as not_later
+       from (select false as finished, run_at, attempts, errors from job_queue.jobs where id = $1
+             union all select true, run_at, attempts, errors from job_queue.finished_jobs where id = $1) job`,
+      [job.id, before],
+    );
+    assert.deepEqual(
+      rows,
+      [{ finished: false, attempts: 0, code: 'JQ_JOB_SNOOZED', not_sooner: true, not_later: true }],
+      'run_at one hour after the snooze (between the add and now, plus an hour), attempts as before the run',
+    );
+    assert.ok(events.some((e) => e.type === 'job:snoozed' && e.job.id === job.id), 'job:snoozed emitted');
+
+    const later = await ctx.t.jobs.add('ready', {});
+    await ctx.t.worker.runUntilIdle();
+    assert.equal(runs.get(later.id), 1, 'a job added after the snooze ran: the worker claimed after it');
+    assert.equal(runs.get(job.id), 1, 'the snoozed job did not run again');
+    assert.equal((await ctx.t.jobs.getJob(job.id))?.state, 'scheduled');
   });
 
   it('a snooze delay that is not a duration is refused where it is thrown', () => {
