@@ -1,6 +1,6 @@
 /**
  * A previous version of the library, for upgrade tests: the package as it was at commit
- * PREVIOUS_VERSION (or LIFECYCLE_VERSION), packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
+ * PREVIOUS_VERSION (or FIRST_RELEASE, LIFECYCLE_VERSION, OPERATIONS_VERSION), packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
  * test/fixtures/pack-previous-version.sh and kept in the repository, installed into an app
  * folder of its own without the network; and worker processes of the app
  * test/fixtures/old-worker.js running on it (see that file for its tasks and commands).
@@ -14,6 +14,12 @@ import { join, resolve } from 'node:path';
 import { clearCrashes, reportCrash, waitFor } from './wait';
 import type { Exit } from './worker-processes';
 
+/**
+ * 0.1.0, the first release: the last commit before migration RecoveryAndQueueOrder1763800000000
+ * (it has CreateJobTables1763700000000 only). Its workers heartbeat every 10 s, have no
+ * timeout of their own, never record that a job started, and do not fence themselves.
+ */
+export const FIRST_RELEASE = '0d7d0f2';
 /** The last commit before migration JobLifecycle1763900000000 (it has CreateJobTables1763700000000 and RecoveryAndQueueOrder1763800000000). */
 export const PREVIOUS_VERSION = 'be5c87e';
 /** The last commit before migration Operations1764000000000 (it also has JobLifecycle1763900000000). */
@@ -130,6 +136,23 @@ export class OldWorkerProcess {
     const match = added.exec(this.output);
     if (!match) throw new Error(`the old worker could not add the jobs of command ${tag}; its output:\n${this.output}`);
     return JSON.parse(match[1]) as string[];
+  }
+
+  /** Opens gate `gate` of the `hold` jobs (old-worker.js), those waiting and those to come; resolves once the child has. */
+  async open(gate: string): Promise<void> {
+    const tag = `c${++this.commands}`;
+    this.child.stdin!.write(`${JSON.stringify({ tag, open: gate })}\n`);
+    await this.waitForOutput(`gate ${gate} to open (command ${tag})`, new RegExp(`^opened ${tag}$`, 'm'));
+  }
+
+  /** SIGSTOP: the process freezes (a stall: a long GC pause, a frozen VM), its connections stay open. */
+  pause(): void {
+    this.child.kill('SIGSTOP');
+  }
+
+  /** SIGCONT: a paused process goes on where it stopped. */
+  resume(): void {
+    this.child.kill('SIGCONT');
   }
 
   /** SIGTERM, as an orchestrator stops a replica; resolves when it has exited. */

@@ -20,19 +20,24 @@ export class NewTasks {
 
   @Task('record')
   async record(payload: unknown, ctx: JobContext) {
-    await this.dataSource.query('insert into runs (job_id, pid, attempt, task, payload) values ($1, $2, $3, $4, $5)', [
-      ctx.job.id,
-      process.pid,
-      ctx.job.attempts,
-      ctx.job.taskIdentifier,
-      JSON.stringify(payload ?? null),
-    ]);
+    await recordRun(this.dataSource, payload, ctx);
   }
 
   @Task('sleep')
   async sleep(payload: unknown, ctx: JobContext) {
     await this.record(payload, ctx);
   }
+}
+
+/** Records a run of the new version's handler in the runs table, as old-worker.js's `record` does. */
+export async function recordRun(dataSource: DataSource, payload: unknown, ctx: JobContext): Promise<void> {
+  await dataSource.query('insert into runs (job_id, pid, attempt, task, payload) values ($1, $2, $3, $4, $5)', [
+    ctx.job.id,
+    process.pid,
+    ctx.job.attempts,
+    ctx.job.taskIdentifier,
+    JSON.stringify(payload ?? null),
+  ]);
 }
 
 /** A logger for the new app that keeps its warnings and errors (an upgrade must log none), and drops the rest. */
