@@ -24,10 +24,13 @@ type Rescued = Extract<JobQueueEvent, { type: 'job:rescued' }>;
  * heartbeating, the other stalls (SIGSTOP) past its timeout and then resumes. What
  * docs/guarantees.md promises ("Delivery guarantees"): "During a rolling deploy from 0.1.0,
  * workers of the older version get a 30 s timeout (they heartbeat every 10 s) and are rescued
- * like any other; they do not fence themselves, so one that stalls past its timeout may go on
- * claiming under its old id until replaced (those claims are released again by the sweep's
- * orphan rule)." The new leader's own timeout is 2 s here, so that a sweep judging a 0.1.0
- * worker by it would declare it dead between two of its heartbeats.
+ * like any other, but 0.1.0 does not record that a job started: a job such a worker was
+ * running goes back as a claimed one does (its attempt returned, no `JQ_WORKER_LOST`, due at
+ * once). They do not fence themselves, so one that stalls past its timeout may go on claiming
+ * under its old id until replaced (those claims are released again by the sweep's orphan
+ * rule, and such a job may run twice, as in a stall)." The new leader's own timeout is 2 s
+ * here, so that a sweep judging a 0.1.0 worker by it would declare it dead between two of its
+ * heartbeats.
  */
 describe('upgrading from 0.1.0 while its workers run: their timeout', () => {
   const u = upgradeSetup('upgrade_first_release', FIRST_RELEASE);
@@ -95,15 +98,15 @@ describe('upgrading from 0.1.0 while its workers run: their timeout', () => {
     );
     // Rescued like any other: its jobs released, no sooner than 30 s after its last heartbeat
     // (the rescue's updated_at; lastBeat, read in ms, is at most the real one). 0.1.0 never
-    // records that a job started, so they go back as claimed jobs do: the attempt returned.
-    const after = await q<{ id: string; locked_by: string | null; attempts: number; last_error: string | null; ms: number }>(
-      `select id::text, locked_by, attempts, last_error, extract(epoch from updated_at - $2::timestamptz)::float8 * 1000 as ms
+    // records that a job started, so they go back as claimed jobs do: the attempt returned, due at once.
+    const after = await q<{ id: string; locked_by: string | null; attempts: number; last_error: string | null; due: boolean; ms: number }>(
+      `select id::text, locked_by, attempts, last_error, run_at <= now() as due, extract(epoch from updated_at - $2::timestamptz)::float8 * 1000 as ms
          from job_queue.jobs where id = any($1::bigint[]) order by id`,
       [held, lastBeat],
     );
     assert.deepEqual(
       after.map(({ ms, ...job }) => job),
-      held.map((id) => ({ id, locked_by: null, attempts: 0, last_error: null })),
+      held.map((id) => ({ id, locked_by: null, attempts: 0, last_error: null, due: true })),
       'the stalled worker\'s jobs were released, as claimed ones, their attempt returned',
     );
     for (const job of after) assert.ok(job.ms >= FIRST_RELEASE_TIMEOUT_MS, `job ${job.id} was rescued ${job.ms} ms after the last heartbeat, not after 30 s`);
