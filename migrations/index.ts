@@ -4,6 +4,7 @@ import { createRecoveryAndQueueOrderMigration } from './1763800000000-recovery-a
 import { createJobLifecycleMigration } from './1763900000000-job-lifecycle';
 import { createOperationsMigration } from './1764000000000-operations';
 import { createClaimByQueueHeadsMigration } from './1764100000000-claim-by-queue-heads';
+import { createEventListenersMigration } from './1764200000000-event-listeners';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -20,5 +21,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createJobLifecycleMigration(schema),
     createOperationsMigration(schema),
     createClaimByQueueHeadsMigration(schema),
+    createEventListenersMigration(schema),
   ];
 }

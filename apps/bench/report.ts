@@ -105,6 +105,7 @@ function printLifecycle(config: BenchConfig, rounds: RoundResult[]): void {
   const drains: Array<[string, number[]]> = [
     ['1. default retention (completed jobs kept 24 h in finished_jobs)', values(rounds, (r) => r.ours.lifecycle?.defaultPerSecond)],
     ['2. retention { completed: 0 } (completed jobs deleted at release)', values(rounds, (r) => r.ours.lifecycle?.withoutHistoryPerSecond)],
+    ['4. default retention, one subscriber hearing every queue event', values(rounds, (r) => r.ours.lifecycle?.withListenerPerSecond)],
   ];
   if (config.history > 0) {
     drains.push([`3. default retention, ${history} completed jobs already kept`, values(rounds, (r) => r.ours.lifecycle?.withHistoryPerSecond)]);
@@ -120,6 +121,11 @@ function printLifecycle(config: BenchConfig, rounds: RoundResult[]): void {
       '1 / 2: completed jobs kept, against deleted at release',
       perRound(rounds, (r) => r.ours.lifecycle?.defaultPerSecond, (r) => r.ours.lifecycle?.withoutHistoryPerSecond),
       '>= 80 %',
+    ],
+    [
+      '4 / 1: every queue event published and heard, against none',
+      perRound(rounds, (r) => r.ours.lifecycle?.withListenerPerSecond, (r) => r.ours.lifecycle?.defaultPerSecond),
+      '>= 85 %',
     ],
   ];
   if (config.history > 0) {

@@ -28,6 +28,8 @@ export interface LifecycleHooks {
   addHistory(rows: number): Promise<void>;
   /** Vacuums the jobs table and takes a CHECKPOINT (where allowed): every lifecycle drain starts from the same state. */
   settleTables(): Promise<void>;
+  /** Subscribes to every cluster-wide queue event (queueEvents$); resolves once the workers publish them, with a function that unsubscribes and says how many were heard. */
+  listenToQueueEvents(): Promise<() => number>;
 }
 
 export interface Latency {
@@ -55,6 +57,10 @@ export interface LifecycleResult {
   withoutHistoryPerSecond: number;
   /** Drain with the default retention, `history` completed jobs already in finished_jobs (jobs/s); absent with HISTORY=0. */
   withHistoryPerSecond?: number;
+  /** Drain with the default retention while one subscriber hears every queue event (jobs/s). */
+  withListenerPerSecond: number;
+  /** How many events that subscriber heard in that drain. */
+  eventsHeard: number;
 }
 
 export type Progress = (message: string) => void;
@@ -107,6 +113,14 @@ async function runLifecycleDrains(queue: QueueUnderTest, hooks: LifecycleHooks, 
     return drainAndStop(on, config.jobs);
   };
   const defaultPerSecond = await drain(queue, 'default retention');
+  const stopListening = await hooks.listenToQueueEvents();
+  let withListenerPerSecond: number;
+  let eventsHeard: number;
+  try {
+    withListenerPerSecond = await drain(queue, 'default retention, one subscriber to every queue event');
+  } finally {
+    eventsHeard = stopListening();
+  }
   const withoutHistory = await hooks.openWithoutHistory();
   let withoutHistoryPerSecond: number;
   try {
@@ -114,14 +128,14 @@ async function runLifecycleDrains(queue: QueueUnderTest, hooks: LifecycleHooks, 
   } finally {
     await withoutHistory.close();
   }
-  if (config.history === 0) return { defaultPerSecond, withoutHistoryPerSecond };
+  if (config.history === 0) return { defaultPerSecond, withoutHistoryPerSecond, withListenerPerSecond, eventsHeard };
 
   progress(`${queue.name}: ${config.history} completed jobs into finished_jobs, then VACUUM ANALYZE`);
   const loading = performance.now();
   await hooks.addHistory(config.history);
   progress(`${queue.name}: history loaded in ${((performance.now() - loading) / 1000).toFixed(1)} s`);
   const withHistoryPerSecond = await drain(queue, `default retention, ${config.history} completed jobs kept`);
-  return { defaultPerSecond, withoutHistoryPerSecond, withHistoryPerSecond };
+  return { defaultPerSecond, withoutHistoryPerSecond, withHistoryPerSecond, withListenerPerSecond, eventsHeard };
 }
 
 /** A drain whose worker is stopped once every completion is written: jobs/s. */

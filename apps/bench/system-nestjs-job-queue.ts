@@ -32,12 +32,13 @@ export async function openNestJobQueue(url: string, config: BenchConfig): Promis
       openWithoutHistory: () => openApp(url, config, { completed: 0 }),
       addHistory: (rows) => addHistory(queue.dataSource, rows),
       settleTables: () => settleJobsTable(queue.dataSource),
+      listenToQueueEvents: () => listenToQueueEvents(queue.jobs, queue),
     },
   };
 }
 
 /** One Nest application context with this library, its worker not started: also what each worker process of the scale lines runs (worker-process.ts). */
-export async function openApp(url: string, config: BenchConfig, retention?: RetentionOptions): Promise<QueueUnderTest & { dataSource: DataSource }> {
+export async function openApp(url: string, config: BenchConfig, retention?: RetentionOptions): Promise<QueueUnderTest & { dataSource: DataSource; jobs: JobQueueService }> {
   const probe = new HandlerProbe();
 
   @Module({
@@ -61,6 +62,7 @@ export async function openApp(url: string, config: BenchConfig, retention?: Rete
     name: retention ? `nestjs-job-queue (retention ${JSON.stringify(retention)})` : 'nestjs-job-queue',
     probe,
     dataSource,
+    jobs,
     addOne: (index) => jobs.add(TASK, { index }),
     addMany: (from, count) => jobs.addMany(Array.from({ length: count }, (_, k) => ({ identifier: TASK, payload: { index: from + k } }))),
     countJobs: async () => (await dataSource.query<Array<{ count: number }>>(`select count(*)::int as count from ${SCHEMA}.jobs`))[0].count,
@@ -108,3 +110,29 @@ export const ADD_HISTORY_SQL = `insert into ${SCHEMA}.finished_jobs (id, task_id
        t.finished_at - interval '1 millisecond', t.finished_at
      from generate_series(1, $2::int) i
      cross join lateral (select now() - interval '1 day' * ($2::int - i) / $2::int as finished_at) t`;
+
+/**
+ * Subscribes to every queue event; resolves once one is heard (a job added and run for it, so
+ * the workers have read the listener's row), with a function that unsubscribes and says how
+ * many events came after that.
+ */
+async function listenToQueueEvents(jobs: JobQueueService, queue: QueueUnderTest): Promise<() => number> {
+  let heard = 0;
+  const subscription = jobs.queueEvents$.subscribe(() => (heard += 1));
+  const worker = await queue.startWorker('default');
+  try {
+    const deadline = Date.now() + 30_000;
+    while (heard === 0) {
+      if (Date.now() > deadline) throw new Error('no queue event heard within 30 s of subscribing');
+      await jobs.add(TASK, { index: -1 });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } finally {
+    await worker.stop();
+  }
+  heard = 0;
+  return () => {
+    subscription.unsubscribe();
+    return heard;
+  };
+}

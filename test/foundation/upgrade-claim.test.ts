@@ -7,6 +7,8 @@ import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000'];
 const NEW_MIGRATION = 'ClaimByQueueHeads1764100000000';
+/** Migrations after it, which the new code runs too. */
+const LATER_MIGRATIONS = ['EventListeners1764200000000'];
 /** The old worker's `sleep` jobs heading two queues: they outlast the new app's boot and migration. */
 const SLEEP_MS = 4_000;
 const STAGGER_MS = 30;
@@ -52,7 +54,7 @@ describe('upgrading to migration 5 while workers of the previous version run', (
     const { logger, logs: newLogs } = warningsLogger();
     t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
     const [migrated] = await q<{ at: Date }>('select applied_at as at from job_queue.migrations where name = $1', [NEW_MIGRATION]);
-    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
     assert.deepEqual(
       await q('select id::text, locked_by from job_queue.jobs where id = any($1::bigint[]) order by id', [sleeps]),
       sleeps.map((id) => ({ id, locked_by: old.workerId })),

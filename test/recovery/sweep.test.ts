@@ -166,7 +166,7 @@ describe('the dead-worker sweep', () => {
       await blocker.query('begin');
       await blocker.query(`select 1 from job_queue.workers where id = 'dead-2' for update`);
       const queries = t.app.get(JobQueueDatabase).sql;
-      const late = lateSweeper.query(queries.rescueJobs, [1000, 20000]);
+      const late = lateSweeper.query(queries.rescueJobs, [1000, 20000, null]);
       await waitFor('the late sweep to be held up', async () =>
         (await sql.query(`select count(*)::int as n from pg_stat_activity where query like '%with dead as%' and wait_event_type = 'Lock'`)).rows[0].n === 1,
       );

@@ -26,6 +26,8 @@ export const PREVIOUS_VERSION = 'be5c87e';
 export const LIFECYCLE_VERSION = '38ce51d';
 /** The last commit before migration ClaimByQueueHeads1764100000000 (it also has Operations1764000000000). */
 export const OPERATIONS_VERSION = 'f2489f6';
+/** The last commit before migration EventListeners1764200000000 (it also has ClaimByQueueHeads1764100000000). */
+export const QUEUE_HEADS_VERSION = '6521d3b';
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
 const fixtures = join(root, 'test', 'fixtures');

@@ -11,7 +11,9 @@
  * the test inserts its job id into the test's `handler_go` table (job_id) it records
  * `returned` and returns `{ ignored: true }`), `abort-then-settle` (`{ outcome }`: records
  * `started`; once its signal aborts records `aborted` with the code, reports progress, records
- * `settled` and returns or throws as `outcome` says) and `noop` (does nothing: quick jobs, which teach
+ * `settled` and returns or throws as `outcome` says), `scripted` (`{ result, fail, progress }`:
+ * fails its first `fail` attempts, retried 10 ms later; reports `progress` and waits for
+ * `handler_go`; returns `result`) and `noop` (does nothing: quick jobs, which teach
  * the worker to prefetch), `tx-write` (transaction: true; inserts into the test's `tx_writes`
  * table: job_id, pid, attempt, through ctx.manager, records `wrote`, then waits for `handler_go`
  * like `ignore-cancel`, records `returned` and returns `{ pid }`); with CRON=1 also
@@ -80,6 +82,22 @@ class ProcessTasks {
 
   @Task('noop')
   async noop() {}
+
+  /**
+   * Fails its first `fail` attempts (retried after 10 ms), reports `progress` if given (and
+   * then waits for the test's `handler_go` row), then returns `result`.
+   */
+  @Task('scripted', { retryDelay: () => 10 })
+  async scripted(payload: { result?: unknown; fail?: number; progress?: number }, ctx: JobContext) {
+    if (ctx.job.attempts <= (payload.fail ?? 0)) throw new Error(`attempt ${ctx.job.attempts} failed`);
+    if (payload.progress !== undefined) {
+      ctx.progress(payload.progress);
+      while ((await this.dataSource.query('select 1 from handler_go where job_id = $1', [ctx.job.id])).length === 0) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+    return payload.result;
+  }
 
   /**
    * Honours its signal, then tries to write what a run that ignores being fenced would:

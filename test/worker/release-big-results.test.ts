@@ -35,7 +35,7 @@ describe('a release of many large results', () => {
     const database = t.app.get(JobQueueDatabase);
     const errors: unknown[] = [];
     let flushes = 0;
-    const write = writeReleases(database, 'big-worker', true);
+    const write = writeReleases(database, 'big-worker', true, () => null);
     const batcher = new ReleaseBatcher(
       (batch) => {
         flushes += 1;
@@ -69,7 +69,7 @@ describe('a release of many large results', () => {
     const result = toJsonText(new Array<number>(numbers).fill(1), 'the result', t.app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS).maxJsonBytes, { notJson: 'JQ_RESULT_NOT_JSON', tooLarge: 'JQ_RESULT_TOO_LARGE' }, 'null');
     assert.equal(result.length, MAX_JSON_BYTES_LIMIT - 1, 'just under the limit, and let through');
     const errors: unknown[] = [];
-    const batcher = new ReleaseBatcher(writeReleases(database, 'huge-worker', true), (error) => errors.push(error));
+    const batcher = new ReleaseBatcher(writeReleases(database, 'huge-worker', true, () => null), (error) => errors.push(error));
     batcher.complete({ id, result });
     await batcher.stop();
 

@@ -14,12 +14,14 @@ export type { JobQueueTasks, TaskName, TaskPayload, TypedJobSpec } from './core/
 export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode, JobState, JobProgress, JobAttemptError } from './core/job';
 export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decorator';
 export { OnJobEvent } from './decorators/on-job-event.decorator';
+export { OnQueueEvent, type OnQueueEventOptions } from './decorators/on-queue-event.decorator';
 export type { JobContext, JobInfo, CronPayload, TransactionalJobContext } from './core/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
 export { PermanentJobError, SnoozeJob } from './core/handler-outcomes';
 export type { JobMiddleware, JobMiddlewareContext } from './core/middleware';
 export { JobQueueMaintenance } from './maintenance/maintenance';
 export type { JobQueueEvent, JobQueueEventType, JobQueueEventOf } from './core/events';
+export { QUEUE_EVENT_TYPES, type QueueEvent, type QueueEventType, type QueueEventOf, type QueueEventBase } from './core/queue-events';
 export { JobQueueError, isJobQueueError, type JobQueueErrorCode } from './core/errors';
 export {
   createJobQueueEntities,

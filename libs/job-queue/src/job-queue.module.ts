@@ -7,6 +7,8 @@ import { PinnedConnection } from './db/pinned-connection';
 import { JobQueueExplorer } from './discovery/job-queue-explorer';
 import { TaskRegistry } from './discovery/task-registry';
 import { JobQueueEvents } from './events/job-queue-events';
+import { QueueEventAudience } from './events/queue-event-audience';
+import { QueueEventStream } from './events/queue-event-stream';
 import { ConfigurableJobQueueModule, JOB_QUEUE_MODULE_OPTIONS, JOB_QUEUE_OPTIONS_TYPE } from './job-queue.module-definition';
 import { JobQueueMaintenance } from './maintenance/maintenance';
 import { AmbientTransaction } from './peers/ambient-transaction';
@@ -37,6 +39,8 @@ import { WorkerMembership } from './worker/membership';
     JobWaiter,
     JobQueueTelemetry,
     JobQueueEvents,
+    QueueEventAudience,
+    QueueEventStream,
     AmbientTransaction,
     LocalStart,
     JobClsContext,

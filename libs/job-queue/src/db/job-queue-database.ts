@@ -11,7 +11,7 @@ import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 
 /** The name of a statement of sql/queries.ts. */
-export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel'>;
+export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel' | 'eventsChannel'>;
 
 /**
  * The module's hold on PostgreSQL: finds the DataSource, applies the migrations at

@@ -4,6 +4,9 @@ import type { Subscription } from 'rxjs';
 import { JobQueueError } from '../core/errors';
 import { JOB_QUEUE_EVENT_TYPES, type JobQueueEvent, type JobQueueEventType } from '../core/events';
 import { ON_JOB_EVENT_METADATA } from '../decorators/on-job-event.decorator';
+import { ON_QUEUE_EVENT_METADATA, type OnQueueEventMetadata } from '../decorators/on-queue-event.decorator';
+import { queueEventFilter, type QueueEvent, type QueueEventFilter } from '../core/queue-events';
+import { QueueEventStream, type QueueEventSubscription } from '../events/queue-event-stream';
 import { TASK_METADATA, type TaskMetadata } from '../decorators/task.decorator';
 import { JobQueueEvents } from '../events/job-queue-events';
 import { takeCronMetadata } from './cron-metadata';
@@ -11,16 +14,20 @@ import { decoratedMethods, singletonInstance } from './decorated-methods';
 import { TaskRegistry, type TaskHandler } from './task-registry';
 
 type Listener = { call: (event: JobQueueEvent) => unknown; location: string };
+type QueueListener = { call: (event: QueueEvent) => unknown; location: string; filter: QueueEventFilter };
 
 /**
  * Finds the library's decorated methods on every provider and controller (as @nestjs/schedule's
- * explorer finds @Cron): `@Task` methods go into the TaskRegistry, with their `@Cron`, and
- * `@OnJobEvent` methods are subscribed to the event stream once the app has started.
+ * explorer finds @Cron): `@Task` methods go into the TaskRegistry, with their `@Cron`,
+ * `@OnJobEvent` methods are subscribed to this process's event stream and `@OnQueueEvent`
+ * methods to the cluster's (QueueEventStream) once the app has started.
  */
 @Injectable()
 export class JobQueueExplorer implements OnModuleInit, OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('JobQueueEvents');
   private subscription?: Subscription;
+  private queueListeners: QueueListener[] = [];
+  private queueSubscriptions: QueueEventSubscription[] = [];
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -28,6 +35,7 @@ export class JobQueueExplorer implements OnModuleInit, OnApplicationBootstrap, O
     private readonly reflector: Reflector,
     private readonly registry: TaskRegistry,
     private readonly events: JobQueueEvents,
+    private readonly queueEvents: QueueEventStream,
   ) {
     // Before any onModuleInit, so before @nestjs/schedule's explorer looks for @Cron methods.
     for (const { method } of this.methods<TaskMetadata>(TASK_METADATA)) takeCronMetadata(method);
@@ -37,25 +45,35 @@ export class JobQueueExplorer implements OnModuleInit, OnApplicationBootstrap, O
 
   onModuleInit(): void {
     this.registry.discover();
+    this.queueListeners = this.findQueueListeners(); // a bad event type stops the app here
   }
 
-  onApplicationBootstrap(): void {
+  async onApplicationBootstrap(): Promise<void> {
+    this.queueSubscriptions = this.queueListeners.map(({ call, location, filter }) =>
+      this.queueEvents.subscribe(filter, (event) => this.deliver(`@OnQueueEvent('${event.type}') on ${location}`, () => call(event))),
+    );
+    // the app has started once the cluster publishes what they want
+    await Promise.all(this.queueSubscriptions.map((subscription) => subscription.ready));
     const listeners = this.eventListeners();
     if (listeners.size === 0) return;
     this.subscription = this.events.events$.subscribe((event) => {
-      for (const { call, location } of listeners.get(event.type) ?? []) {
-        try {
-          const result = call(event);
-          if (result instanceof Promise) result.catch((error: unknown) => this.failed(location, event, error));
-        } catch (error) {
-          this.failed(location, event, error);
-        }
-      }
+      for (const { call, location } of listeners.get(event.type) ?? []) this.deliver(`@OnJobEvent('${event.type}') on ${location}`, () => call(event));
     });
   }
 
   onApplicationShutdown(): void {
     this.subscription?.unsubscribe();
+    for (const subscription of this.queueSubscriptions) void subscription.unsubscribe();
+  }
+
+  /** Calls a listener; what it throws or rejects with is logged, and never reaches the emitter. */
+  private deliver(listener: string, call: () => unknown): void {
+    try {
+      const result = call();
+      if (result instanceof Promise) result.catch((error: unknown) => this.failed(listener, error));
+    } catch (error) {
+      this.failed(listener, error);
+    }
   }
 
   private methods<Meta>(key: string) {
@@ -97,7 +115,17 @@ export class JobQueueExplorer implements OnModuleInit, OnApplicationBootstrap, O
     return listeners;
   }
 
-  private failed(location: string, event: JobQueueEvent, error: unknown): void {
-    this.logger.error(`@OnJobEvent('${event.type}') on ${location} threw: ${error instanceof Error ? error.message : String(error)}`, error instanceof Error ? error.stack : undefined);
+  /** Every `@OnQueueEvent` method, with the filter of what it wants. */
+  private findQueueListeners(): QueueListener[] {
+    return [...this.methods<OnQueueEventMetadata>(ON_QUEUE_EVENT_METADATA)].map((found) => {
+      const { meta, method, location } = found;
+      const filter = queueEventFilter(meta.types, meta.tasks, `@OnQueueEvent on ${location}`);
+      const instance = singletonInstance(found, () => new JobQueueError('JQ_INVALID_OPTIONS', `@OnQueueEvent on ${location}: listeners must be on singleton providers`));
+      return { call: method.bind(instance) as (event: QueueEvent) => unknown, location, filter };
+    });
+  }
+
+  private failed(listener: string, error: unknown): void {
+    this.logger.error(`${listener} threw: ${error instanceof Error ? error.message : String(error)}`, error instanceof Error ? error.stack : undefined);
   }
 }

@@ -3,6 +3,7 @@ import { JobQueueDatabase } from '../db/job-queue-database';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { PinnedConnection } from '../db/pinned-connection';
 import { JobQueueEvents } from '../events/job-queue-events';
+import { QueueEventAudience } from '../events/queue-event-audience';
 import { finishLeftovers } from './finisher';
 import { deleteExpiredJobs } from './history-cleaner';
 import { JobsVacuum } from './jobs-vacuum';
@@ -40,6 +41,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
     @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
     private readonly pinned: PinnedConnection,
     private readonly events: JobQueueEvents,
+    private readonly audience: QueueEventAudience,
   ) {
     this.vacuum = new JobsVacuum(pinned, events, db, options.schema, this.logger);
   }
@@ -105,7 +107,8 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
         this.logger.log(this.leader ? `${this.pinned.workerId} is the maintenance leader` : `${this.pinned.workerId} is no longer the maintenance leader`);
       }
       if (!this.leader) return;
-      await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger);
+      // current(), not fresh(): the read would take a pool connection, which handlers may all hold
+      await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger, this.audience.current());
       await finishLeftovers(this.pinned);
       // Half a round at most, so that the lease is renewed on time behind a big backlog.
       await deleteExpiredJobs(this.pinned, this.options.retention, this.options.heartbeatInterval / 2);

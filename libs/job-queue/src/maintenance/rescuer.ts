@@ -16,13 +16,20 @@ interface RescuedJob {
 /**
  * Finds workers whose heartbeat is older than their own timeout, deletes their rows and
  * releases their jobs and queues (sql/maintenance.ts rescueJobs), batch after batch. Emits
- * `job:rescued` per job. `orphanMarginMs`: how old a lock must be before a lock whose worker
- * has no row is released.
+ * `job:rescued` per job, and publishes the queue events `audience` (the listeners' filter, or
+ * null) wants. `orphanMarginMs`: how old a lock must be before a lock whose worker has no row
+ * is released.
  */
-export async function rescueDeadWorkers(pinned: PinnedConnection, events: JobQueueEvents, orphanMarginMs: number, logger: Logger): Promise<number> {
+export async function rescueDeadWorkers(
+  pinned: PinnedConnection,
+  events: JobQueueEvents,
+  orphanMarginMs: number,
+  logger: Logger,
+  audience: string | null = null,
+): Promise<number> {
   let total = 0;
   for (;;) {
-    const [row] = await pinned.run<{ rescued: RescuedJob[]; dead: string[]; freed_queues: number }>('rescueJobs', [BATCH, orphanMarginMs]);
+    const [row] = await pinned.run<{ rescued: RescuedJob[]; dead: string[]; freed_queues: number }>('rescueJobs', [BATCH, orphanMarginMs, audience]);
     for (const id of row.dead) logger.warn(`Worker ${id} stopped heartbeating: declared dead`);
     for (const job of row.rescued) {
       events.emit({

@@ -16,34 +16,14 @@ import { addedJobs, type AddedRow } from './added-jobs';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { toTraceColumns, traceValues, type TraceColumns } from '../core/trace-context';
 import { LocalStart, type LocalSlot } from './local-start';
+import { QueueEventAudience } from '../events/queue-event-audience';
+import { QueueEventStream } from '../events/queue-event-stream';
+import type { QueueEvent } from '../core/queue-events';
+import type { Observable } from 'rxjs';
+import type { JobCounts, JobCountsReport, JobPage, ListJobsOptions, RescheduleOptions } from './job-lists';
+
+export type { JobCounts, JobCountsReport, JobPage, ListJobsOptions, RescheduleOptions } from './job-lists';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from '../core/validate-job-spec';
-
-/** Filters and page of listJobs(). */
-export interface ListJobsOptions {
-  /** Only jobs in this state. Without it: unfinished jobs first (newest first), then finished ones (last finished first). */
-  state?: JobState;
-  task?: string;
-  queue?: string;
-  /** Jobs per page, 1 to 1000. Default 50. */
-  limit?: number;
-  /** The `nextCursor` of the previous page. */
-  cursor?: string | null;
-}
-
-export interface JobPage {
-  jobs: Job[];
-  /** Pass it back as `cursor` for the next page; null on the last page. */
-  nextCursor: string | null;
-}
-
-/** How many jobs are in each state. */
-export type JobCounts = Record<JobState, number>;
-
-export interface JobCountsReport {
-  byState: JobCounts;
-  byTask: Record<string, JobCounts>;
-  byQueue: Record<string, JobCounts>;
-}
 
 /** Where a page ended: in the unfinished jobs (by id), or in the finished ones (by finished_at, id). */
 type Cursor = { phase: 'active'; id: string } | { phase: 'finished'; at: string; id: string };
@@ -51,13 +31,6 @@ type Cursor = { phase: 'active'; id: string } | { phase: 'finished'; at: string;
 const MAX_REASON_LENGTH = 1_000;
 /** The longest waitForJob timeout: about 24 days, what a Node.js timer holds. */
 const MAX_WAIT_MS = 2_147_483_647;
-
-export interface RescheduleOptions {
-  runAt?: Date;
-  priority?: number;
-  attempts?: number;
-  maxAttempts?: number;
-}
 
 /** Adds and manages jobs. Every input is checked before anything is written. */
 @Injectable()
@@ -70,7 +43,20 @@ export class JobQueueService {
     private readonly telemetry: JobQueueTelemetry,
     private readonly ambient: AmbientTransaction,
     private readonly localStart: LocalStart,
+    private readonly audience: QueueEventAudience,
+    private readonly stream: QueueEventStream,
   ) {}
+
+  /**
+   * What happens to any job in the cluster (completed, retrying, failed, cancelled,
+   * progress), whichever process ran it, heard while subscribed: at most once, in commit
+   * order per job. While anything in this process subscribes, workers publish these events
+   * (one notification per release batch); otherwise they cost nothing. `@OnQueueEvent` is the
+   * decorator form.
+   */
+  get queueEvents$(): Observable<QueueEvent> {
+    return this.stream.events$;
+  }
 
   /**
    * Adds a job. With `spec.manager` the insert joins that transaction: the job (and the
@@ -177,6 +163,9 @@ export class JobQueueService {
     const [{ outcome, state }] = await this.db.run<{ outcome: string; state: string | null }>('cancelJob', [jobId, reason ?? null]);
     if (outcome === 'not_found') throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`);
     if (outcome === 'finished') throw new JobQueueError('JQ_JOB_FINISHED', `job ${jobId} is already ${state}: only an unfinished job can be cancelled`);
+    // cancelled here, not by a worker's release, which publishes its own
+    const audience = outcome === 'cancelled' ? await this.audience.fresh() : null;
+    if (audience !== null) await this.db.run('publishCancelled', [jobId, audience]);
     const job = await this.getJob(jobId);
     if (!job) throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`); // deleted right after (retention 0)
     return job;

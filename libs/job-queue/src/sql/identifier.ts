@@ -17,3 +17,8 @@ export function finishedChannel(schema: string): string {
 export function cancelChannel(schema: string): string {
   return `${schema}:cancel`;
 }
+
+/** The channel cluster-wide job events are published on (payload: a JSON array of events, sql/queue-events.ts): subscribed processes listen. */
+export function eventsChannel(schema: string): string {
+  return `${schema}:events`;
+}

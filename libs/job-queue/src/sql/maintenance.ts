@@ -1,12 +1,14 @@
 import { cancelledError, keepFinished, tellFinished, withError } from './finished';
+import { epochMs, eventText, publishEvents, queueEvent, wantsEvent } from './queue-events';
 
 /**
  * The statements of the cluster's upkeep (maintenance/): the leader's lease, the sweep
  * that rescues a dead worker's jobs, and the cleanup of idle queue rows. Each is safe if two
  * replicas ever run it at once, and none waits on a row lock someone else holds.
- * `s` is the quoted schema, `channel` the jobs channel.
+ * `s` is the quoted schema, `channel` the jobs channel, `finished` the finished channel,
+ * `events` the events channel.
  */
-export function createMaintenanceQueries(s: string, channel: string, finished: string) {
+export function createMaintenanceQueries(s: string, channel: string, finished: string, events: string) {
   /** A worker row whose heartbeat is older than its own timeout. A restart of the server counts as a heartbeat: no one could send one while it was down. */
   const isDead = (w: string) =>
     `greatest(${w}.heartbeat_at, pg_postmaster_start_time()) < now() - ${w}.timeout_ms * interval '1 millisecond'`;
@@ -64,7 +66,9 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
      * job only claimed (prefetched) goes back as it was, its attempt returned. A queue is
      * freed once none of its worker's jobs in it is left locked. Rows someone has locked
      * are skipped: the next sweep takes them, by the orphan rule. Other workers are woken.
-     * $2 is the orphan margin in ms.
+     * $2 is the orphan margin in ms; $3 the queue-event listeners' filter (see releaseJobs):
+     * a started job's lost attempt is published as job:retrying or job:failed (JQ_WORKER_LOST),
+     * a cancel it completes as job:cancelled.
      */
     rescueJobs: `
       with dead as (
@@ -89,7 +93,8 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
           locked_at = null, locked_by = null, started_at = null, updated_at = now()
         from lost l
         where j.id = l.id and not l.cancel_requested and not (l.started and l.last_attempt)
-        returning j.id, j.task_identifier, l.worker_id, l.started, false as failed
+        returning j.id, j.task_identifier, l.worker_id, l.started, false as failed,
+          j.queue_name, j.attempts, j.max_attempts, j.created_at, j.run_at, j.last_error
       ),
       -- Done for good: a started job on its last attempt fails, a job whose cancel was requested
       -- ends cancelled; both move to finished_jobs now, which frees their keys.
@@ -123,6 +128,17 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
       woken as (
         select pg_notify('${channel}', '') from (select 1 from rescued union all select 1 from freed_queues) changed limit 1
       ),
+      published as (${publishEvents(
+        events,
+        `select ${queueEvent('job:retrying', 'r', { error: eventText('r.last_error'), code: `'JQ_WORKER_LOST'`, retryAt: epochMs('r.run_at') })} from rescued r
+           where r.started and ${wantsEvent('$3', 'job:retrying', 'r.task_identifier')}
+         union all
+         select ${queueEvent('job:failed', 'e', { error: lostError('e'), code: `'JQ_WORKER_LOST'` })} from ended e
+           where not e.cancel_requested and ${wantsEvent('$3', 'job:failed', 'e.task_identifier')}
+         union all
+         select ${queueEvent('job:cancelled', 'e', { reason: eventText('e.cancel_reason') })} from ended e
+           where e.cancel_requested and ${wantsEvent('$3', 'job:cancelled', 'e.task_identifier')}`,
+      )}),
       released as (
         select id, task_identifier, worker_id, started, failed from rescued
         union all
@@ -134,7 +150,8 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
          from released) as rescued,
         array(select id from dead) as dead,
         (select count(*) from freed_queues)::int as freed_queues,
-        (select count(*) from woken)::int as woken`,
+        (select count(*) from woken)::int as woken,
+        (select count(*) from published)::int as published`,
 
     /**
      * Deletes up to $1 queue rows that no worker holds and no available job names, so that

@@ -16,6 +16,7 @@
  *   sql/workers.ts      a worker's own row (register, heartbeat, unregister), giveBackJobs
  *   sql/maintenance.ts  the leader's lease, the sweep (rescueJobs), cleanup and retention
  *   sql/operations.ts   the dashboard's, health indicator's and telemetry's statements
+ *   sql/queue-events.ts cluster-wide events: who listens, and publishing them (release, cancel)
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
  * to finished_jobs, its errors, telling waiters), sql/queue-head.ts (a named queue's head),
@@ -27,9 +28,10 @@ import { createAddQueries } from './add';
 import { createAdminQueries } from './admin';
 import { createClaimQueries } from './claim';
 import { createCronQueries } from './cron';
-import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
+import { cancelChannel, eventsChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
 import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
+import { createQueueEventQueries } from './queue-events';
 import { createReadQueries } from './read';
 import { createReleaseQueries } from './release';
 import { createWorkerQueries } from './workers';
@@ -43,21 +45,24 @@ export function createQueries(schema: string) {
   const s = quoteIdentifier(schema);
   const channel = jobsChannel(schema);
   const finished = finishedChannel(schema);
+  const events = eventsChannel(schema);
 
   return {
     channel,
     finishedChannel: finished,
     cancelChannel: cancelChannel(schema),
+    eventsChannel: events,
 
     ...createAddQueries(s, channel),
     ...createAdminQueries(s),
     ...createClaimQueries(s),
-    ...createReleaseQueries(s, channel, finished),
+    ...createReleaseQueries(s, channel, finished, events),
     ...createCronQueries(s),
     ...createReadQueries(s),
     ...createWorkerQueries(s, channel, finished),
-    ...createMaintenanceQueries(s, channel, finished),
+    ...createMaintenanceQueries(s, channel, finished, events),
     ...createOperationsQueries(s, finished),
+    ...createQueueEventQueries(s, channel, events),
   };
 }
 

@@ -2,10 +2,12 @@
  * Releasing jobs, the data path's last step (add → row + NOTIFY → claim → run → release):
  * a worker writes its handlers' outcomes in batches (releaseJobs), or one completion inside the
  * handler's own transaction (completeJobInTransaction), frees their queues and tells waiters.
- * `s` is the quoted schema, `channel` the jobs channel, `finished` the finished channel.
+ * `s` is the quoted schema, `channel` the jobs channel, `finished` the finished channel, `events`
+ * the events channel (cluster-wide events, published only for what some listener wants).
  */
 
 import { cancelledError, keepFinished, tellFinished, withError } from './finished';
+import { epochMs, eventResult, eventText, publishEvents, queueEvent, wantsEvent } from './queue-events';
 
 /**
  * "Row `j` is held by worker `worker`", written so that no index can serve it
@@ -18,7 +20,7 @@ const heldBy = (j: string, worker: string) => `${j}.locked_by is not distinct fr
 /** A field of the failure releaseJobs was given for row `j` ($5, by id), as text. */
 const failure = (j: string, field: 'message' | 'code' | 'delay_ms') => `($5::jsonb -> ${j}.id::text ->> '${field}')`;
 
-export function createReleaseQueries(s: string, channel: string, finished: string) {
+export function createReleaseQueries(s: string, channel: string, finished: string, events: string) {
   /** Releases the queues whose jobs a CTE named `released` returned, and wakes workers for them. */
   const unlockQueuesOf = (released: string, workerParam: string) => `
     unlocked as (
@@ -49,6 +51,9 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
      *   since) and progress ($7 ids; $8 a jsonb object by id; a finishing job's last progress
      *   rides on its own row).
      * - Waiters (waitForJob) hear the finished ids on the finished channel: one NOTIFY per flush.
+     * - Listeners of cluster-wide events hear what $10 (the merged filter of the live
+     *   listeners, jsonb; null when there are none) wants: one NOTIFY per flush, or a few when
+     *   they do not fit one (sql/queue-events.ts). With null, nothing is built.
      *
      * A keyed job can be row-locked by a caller for as long as the caller's transaction lasts
      * (add_job replacing it while it runs): the rows named here that this worker holds are
@@ -122,7 +127,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
           and (j.attempts < j.max_attempts or ${failure('j', 'code')} = 'JQ_JOB_SNOOZED')
           and ${failure('j', 'code')} is distinct from 'JQ_JOB_FAILED_FOR_GOOD'
           and j.cancel_requested_at is null
-        returning j.id, j.queue_name
+        returning j.id, j.queue_name, j.task_identifier, j.attempts, j.max_attempts, j.created_at, j.run_at, j.last_error, ${failure('j', 'code')} as code
       ),
       touched as (
         update ${s}.jobs j set
@@ -130,7 +135,25 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
           progress = coalesce($8::jsonb -> j.id::text, j.progress)
         where j.id = any($6::bigint[] || $7::bigint[]) and j.id not in (select id from mine where part in ('completed', 'failed'))
           and ${heldBy('j', '$1')} and (j.key is null or j.id in (select id from held))
+        returning j.id, j.queue_name, j.task_identifier, j.attempts, j.max_attempts, j.created_at, j.progress, j.id = any($7::bigint[]) as progressed
       ),
+      published as (${publishEvents(
+        events,
+        `select ${queueEvent('job:completed', 'f', eventResult('($3::jsonb -> f.id::text)'))} from finished f
+           where f.state = 'completed' and ${wantsEvent('$10', 'job:completed', 'f.task_identifier')}
+         union all
+         select ${queueEvent('job:failed', 'f', { error: eventText('f.message'), code: 'f.code' })} from finished f
+           where f.state = 'failed' and ${wantsEvent('$10', 'job:failed', 'f.task_identifier')}
+         union all
+         select ${queueEvent('job:cancelled', 'f', { reason: eventText('f.cancel_reason') })} from finished f
+           where f.state = 'cancelled' and ${wantsEvent('$10', 'job:cancelled', 'f.task_identifier')}
+         union all
+         select ${queueEvent('job:retrying', 'r', { error: eventText('r.last_error'), code: 'r.code', retryAt: epochMs('r.run_at') })} from retried r
+           where ${wantsEvent('$10', 'job:retrying', 'r.task_identifier')}
+         union all
+         select ${queueEvent('job:progress', 't', { progress: 't.progress' })} from touched t
+           where t.progressed and ${wantsEvent('$10', 'job:progress', 't.task_identifier')}`,
+      )}),
       released as (select queue_name from finished union all select queue_name from retried),
       ${unlockQueuesOf('released', '$1')},
       told as (${tellFinished(finished, 'finished')}),
@@ -139,7 +162,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
         where m.part in ('completed', 'failed') and m.id not in (select id from finished) and m.id not in (select id from retried)
       )
       select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken,
-             (select count(*) from told)::int as told, array(select id::text from busy) as busy,
+             (select count(*) from told)::int as told, (select count(*) from published)::int as published, array(select id::text from busy) as busy,
              (select coalesce(json_agg(json_build_object('id', id::text, 'reason', cancel_reason)), '[]') from finished where state = 'cancelled') as cancelled`,
 
     /**
@@ -148,8 +171,8 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
      * worker still holds the job and no cancel was requested: no row back means it was rescued
      * (after a stall) or cancelled (then `cancelled`), and the caller rolls everything back. $3 result (json
      * text), $4 the last progress not written yet (json text), $5 keep completed jobs
-     * (retention.completed is not 0). Frees the job's named queue and tells waiters, both
-     * heard at the commit.
+     * (retention.completed is not 0), $6 the listeners' filter (see releaseJobs). Frees the
+     * job's named queue, tells waiters and publishes its event, all heard at the commit.
      */
     completeJobInTransaction: `
       with finished as (
@@ -168,9 +191,13 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
       })}
       ),
       ${unlockQueuesOf('finished', '$1')},
-      told as (${tellFinished(finished, 'finished')})
+      told as (${tellFinished(finished, 'finished')}),
+      published as (${publishEvents(
+        events,
+        `select ${queueEvent('job:completed', 'f', eventResult('$3::jsonb'))} from finished f where ${wantsEvent('$6', 'job:completed', 'f.task_identifier')}`,
+      )})
       select (select count(*) from finished)::int as completed, (select count(*) from woken)::int as woken,
-             (select count(*) from told)::int as told,
+             (select count(*) from told)::int as told, (select count(*) from published)::int as published,
              exists (select 1 from ${s}.jobs where id = $2::bigint and locked_by = $1 and cancel_requested_at is not null) as cancelled`,
   };
 }

@@ -152,7 +152,7 @@ export class Executor extends WorkerPart {
     await manager.query(`select set_config('lock_timeout', $1, true)`, [`${COMPLETION_LOCK_TIMEOUT_MS}ms`]);
     const [row] = await this.db.run<{ completed: number; cancelled: boolean }>(
       'completeJobInTransaction',
-      [workerId, job.id, resultJson, progress, keepsCompleted(this.options)],
+      [workerId, job.id, resultJson, progress, keepsCompleted(this.options), this.audience.current()],
       manager,
     );
     if (row?.completed === 1) return;

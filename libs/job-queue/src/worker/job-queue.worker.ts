@@ -8,6 +8,7 @@ import { JobQueueDatabase } from '../db/job-queue-database';
 import { concurrencyForPool, poolSizeWarning } from '../db/pool-size';
 import { TaskRegistry } from '../discovery/task-registry';
 import { JobQueueEvents } from '../events/job-queue-events';
+import { QueueEventAudience } from '../events/queue-event-audience';
 import { JobClsContext } from '../peers/job-cls-context';
 import { JobQueueService } from '../service/job-queue.service';
 import { LocalStart } from '../service/local-start';
@@ -59,12 +60,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     private readonly localStart: LocalStart,
     private readonly events: JobQueueEvents,
     private readonly membership: WorkerMembership,
+    private readonly audience: QueueEventAudience,
   ) {
     this.events$ = events.events$;
     this.state = new WorkerState(this.createBatcher(membership.workerId));
     const addJob = ((identifier, ...args) => jobs.add(identifier, ...args)) as JobContext['addJob'];
     const launch = (job: Parameters<Executor['launch']>[0]) => this.executor.launch(job);
-    const parts = { state: this.state, membership, db, options, tasks, events };
+    const parts = { state: this.state, membership, db, options, tasks, events, audience };
     this.executor = new Executor(parts, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms));
     this.producer = new Producer(parts, launch);
     this.localSlots = new LocalSlots(parts, this.producer, launch, () => this.ownScope);
@@ -120,7 +122,15 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.ownScope = new AsyncResource('nestjs-job-queue worker');
     this.sizeSlots();
     const cancels = this.db.sql.cancelChannel;
-    await membership.listen((channel, payload) => (channel === cancels ? this.executor.cancel([payload ?? '']) : void producer.wake()));
+    await membership.listen((channel, payload) => {
+      if (channel === cancels) this.executor.cancel([payload ?? '']);
+      else if (payload === 'listeners') void this.audience.refresh(); // a listener of queue events came or went
+      else {
+        if (channel === undefined) void this.audience.refresh(); // (re)connected: a change may have gone unheard
+        void producer.wake();
+      }
+    });
+    await this.audience.refresh();
     await membership.register();
     // The listener's first wake-up may have claimed before the row existed (claims need it), and found nothing.
     void producer.wake();
@@ -215,7 +225,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
    */
   private createBatcher(workerId: string): ReleaseBatcher {
     return new ReleaseBatcher(
-      writeReleases(this.db, workerId, keepsCompleted(this.options)),
+      writeReleases(this.db, workerId, keepsCompleted(this.options), () => this.audience.current()),
       (error) => this.events.reportError(this.membership.workerId, 'release', error),
       (cancelled) => {
         for (const { id, reason } of cancelled) this.events.emit({ type: 'job:cancelled', jobId: id, reason });

@@ -1,10 +1,13 @@
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { FlushReleases, FlushWritten, ReleaseBatch } from './release-batcher';
 
-/** How worker `workerId` writes a flush of its ReleaseBatcher: sql releaseJobs, prepared (see its comment). */
-export function writeReleases(db: JobQueueDatabase, workerId: string, keepCompleted: boolean): FlushReleases {
+/**
+ * How worker `workerId` writes a flush of its ReleaseBatcher: sql releaseJobs, prepared (see
+ * its comment), publishing the queue events that `audience()` (the listeners' filter, or null) wants.
+ */
+export function writeReleases(db: JobQueueDatabase, workerId: string, keepCompleted: boolean, audience: () => string | null): FlushReleases {
   return async (batch) => {
-    const [written] = await db.run<FlushWritten>('releaseJobs', releaseParameters(workerId, batch, keepCompleted));
+    const [written] = await db.run<FlushWritten>('releaseJobs', releaseParameters(workerId, batch, keepCompleted, audience()));
     return written;
   };
 }
@@ -14,7 +17,12 @@ export function writeReleases(db: JobQueueDatabase, workerId: string, keepComple
  * jsonb objects keyed by job id, which the statement reads by id: a join to parallel arrays
  * is what made its generic plan quadratic (see releaseJobs).
  */
-export function releaseParameters(workerId: string, { completed, failed, started, progress }: ReleaseBatch, keepCompleted: boolean): unknown[] {
+export function releaseParameters(
+  workerId: string,
+  { completed, failed, started, progress }: ReleaseBatch,
+  keepCompleted: boolean,
+  audience: string | null = null,
+): unknown[] {
   const progressOf = new Map(progress);
   for (const job of [...completed, ...failed]) if (job.progress !== undefined) progressOf.set(job.id, job.progress);
   const results: Array<[string, string]> = [];
@@ -30,6 +38,7 @@ export function releaseParameters(workerId: string, { completed, failed, started
     [...progressOf.keys()],
     objectById(progressOf),
     keepCompleted,
+    audience,
   ];
 }
 

@@ -3,6 +3,7 @@ import type { ResolvedJobQueueOptions } from '../core/options';
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { TaskRegistry } from '../discovery/task-registry';
 import type { JobQueueEvents } from '../events/job-queue-events';
+import type { QueueEventAudience } from '../events/queue-event-audience';
 import type { WorkerMembership } from './membership';
 import type { ReleaseBatcher } from './release-batcher';
 import type { RunningJob } from './running-job';
@@ -61,6 +62,8 @@ export interface WorkerParts {
   readonly options: ResolvedJobQueueOptions;
   readonly tasks: TaskRegistry;
   readonly events: JobQueueEvents;
+  /** What the cluster's listeners of queue events want: the release publishes it. */
+  readonly audience: QueueEventAudience;
 }
 
 /** A part of the worker (producer, executor, local slots): the shared parts as its own fields. */
@@ -71,8 +74,9 @@ export abstract class WorkerPart {
   protected readonly options: ResolvedJobQueueOptions;
   protected readonly tasks: TaskRegistry;
   protected readonly events: JobQueueEvents;
+  protected readonly audience: QueueEventAudience;
 
   constructor(parts: WorkerParts) {
-    ({ state: this.state, membership: this.membership, db: this.db, options: this.options, tasks: this.tasks, events: this.events } = parts);
+    ({ state: this.state, membership: this.membership, db: this.db, options: this.options, tasks: this.tasks, events: this.events, audience: this.audience } = parts);
   }
 }
