@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { connect, createTestDatabase } from '../support/database';
+import { CREATE_FORBIDDEN_FLAGS, forbid } from '../support/forbidden-flags';
 import { waitFor } from '../support/wait';
 import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
 
@@ -29,7 +30,7 @@ describe('the recovery time after kill -9', () => {
     db = await createTestDatabase('recovery_time');
     sql = await connect(db.url);
     await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
-    await sql.query('create table forbidden_flags (pid int not null, flag text not null)');
+    await sql.query(CREATE_FORBIDDEN_FLAGS);
   });
   afterEach(async () => {
     await stopWorkerProcesses();
@@ -45,7 +46,7 @@ describe('the recovery time after kill -9', () => {
 
   /** Adds a long job only `victim` may run, waits for it to start there, and returns its id. */
   async function runLongJobIn(victim: WorkerProcess, others: WorkerProcess[]): Promise<string> {
-    for (const other of others) await sql.query(`insert into forbidden_flags values ($1, 'pinned')`, [other.pid]);
+    for (const other of others) await forbid(sql, other, 'pinned');
     const [job] = (await sql.query(`select id::text from job_queue.add_job('nap', '{"ms": 600000}', flags => '{pinned}')`)).rows;
     await waitFor('the victim to start the job', async () => {
       const { rows } = await sql.query('select started_at is not null as started from job_queue.jobs where id = $1 and locked_by = $2', [job.id, victim.workerId]);

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { connect, createTestDatabase } from '../support/database';
+import { allow as allowFlag, CREATE_FORBIDDEN_FLAGS, forbid as forbidFlag } from '../support/forbidden-flags';
 import { waitFor, waitForValue } from '../support/wait';
 import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
 
@@ -21,7 +22,7 @@ describe('a stalled worker', () => {
     db = await createTestDatabase('stalled');
     sql = await connect(db.url);
     await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
-    await sql.query('create table forbidden_flags (pid int not null, flag text not null)');
+    await sql.query(CREATE_FORBIDDEN_FLAGS);
     await sql.query('create table handler_events (job_id bigint not null, pid int not null, event text not null, code text)');
   });
   afterEach(async () => {
@@ -35,8 +36,9 @@ describe('a stalled worker', () => {
   });
 
   const leaseHolder = async () => (await sql.query(`select holder from job_queue.leases where name = 'maintenance' and expires_at > now()`)).rows[0]?.holder;
-  const forbid = (worker: WorkerProcess, flag: string) => sql.query('insert into forbidden_flags values ($1, $2)', [worker.pid, flag]);
-  const allow = (worker: WorkerProcess, flag: string) => sql.query('delete from forbidden_flags where pid = $1 and flag = $2', [worker.pid, flag]);
+  // forbid() resolves once the process has read the flag: no claim of it can take a job added after (see forbidden-flags.ts)
+  const forbid = (worker: WorkerProcess, flag: string) => forbidFlag(sql, worker, flag);
+  const allow = (worker: WorkerProcess, flag: string) => allowFlag(sql, worker, flag);
 
   async function stallAndResume(victim: WorkerProcess, other: WorkerProcess) {
     const oldId = victim.workerId!;

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { connect, createTestDatabase } from '../support/database';
+import { allow as allowFlag, CREATE_FORBIDDEN_FLAGS, forbid as forbidFlag } from '../support/forbidden-flags';
 import { waitFor, waitForValue } from '../support/wait';
 import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
 
@@ -23,7 +24,7 @@ describe('transactional completion under faults', () => {
     await sql.query('create table tx_writes (job_id bigint not null, pid int not null, attempt int not null)');
     await sql.query('create table handler_events (job_id bigint not null, pid int not null, event text not null, code text)');
     await sql.query('create table handler_go (job_id bigint not null)');
-    await sql.query('create table forbidden_flags (pid int not null, flag text not null)');
+    await sql.query(CREATE_FORBIDDEN_FLAGS);
   });
   afterEach(async () => {
     await stopWorkerProcesses();
@@ -87,8 +88,8 @@ describe('transactional completion under faults', () => {
   });
 
   it('a worker that lost its job to a rescue while its handler ran commits nothing; the other run writes once', async () => {
-    const forbid = (worker: WorkerProcess, flag: string) => sql.query('insert into forbidden_flags values ($1, $2)', [worker.pid, flag]);
-    const allow = (worker: WorkerProcess, flag: string) => sql.query('delete from forbidden_flags where pid = $1 and flag = $2', [worker.pid, flag]);
+    const forbid = (worker: WorkerProcess, flag: string) => forbidFlag(sql, worker, flag);
+    const allow = (worker: WorkerProcess, flag: string) => allowFlag(sql, worker, flag);
     const [other] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
     const [victim] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
     await forbid(other, 'pinned');

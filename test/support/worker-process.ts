@@ -24,8 +24,9 @@
  * prints `added <id> <state>`: a job its own worker may start at its add, localStart),
  * and the module's durations when set: HEARTBEAT_INTERVAL, WORKER_TIMEOUT, SHUTDOWN_GRACE
  * (ms). FLAGS_TABLE=1: the forbidden flags are read, at each claim, from the test's
- * `forbidden_flags` table (pid int, flag text), so a test can steer which process may
- * claim a job. The pool's connections are named `worker-<pid>` in pg_stat_activity.
+ * `forbidden_flags` table, so a test can steer which process may claim a job (see
+ * forbidden-flags.ts: its forbid() waits until the process has read the flag). The pool's
+ * connections are named `worker-<pid>` in pg_stat_activity.
  * Warnings and errors are printed, so the worker's `<what> failed, retrying: …` lines are in
  * the output a test reads.
  */
@@ -35,6 +36,7 @@ import { Cron, CronExpression } from '@nestjs/schedule';
 import { DataSource } from 'typeorm';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import { READ_FORBIDDEN_FLAGS } from './forbidden-flags';
 import { JobQueueModule, JobQueueService, JobQueueWorker, Task, type CronPayload, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
 
 @Injectable()
@@ -182,9 +184,7 @@ const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [Cro
         ...(process.env.SHUTDOWN_GRACE ? { shutdownGracePeriod: Number(process.env.SHUTDOWN_GRACE) } : {}),
         ...(process.env.FLAGS_TABLE === '1'
           ? {
-              forbiddenFlags: async () =>
-                (await dataSource.query('select coalesce(array_agg(flag), $2) as flags from forbidden_flags where pid = $1', [process.pid, '{}']))[0]
-                  .flags as string[],
+              forbiddenFlags: async () => (await dataSource.query(READ_FORBIDDEN_FLAGS, [process.pid, '{}']))[0].flags as string[],
             }
           : {}),
       }),
