@@ -55,6 +55,18 @@ describe('the dead-worker sweep', () => {
       `select attempts, max_attempts, locked_by, started_at, last_error, run_at, first_run_at, is_available from job_queue.jobs where id = $1`,
       [id],
     )).rows[0];
+  /** A round of maintenance that must not wait on any lock: fails at once if the sweep does, rather than hanging with it. */
+  async function sweepWithoutWaiting() {
+    let swept = false;
+    const sweep = maintenance.runOnce().then(() => (swept = true));
+    await waitFor('the sweep to return', async () => {
+      if (swept) return true;
+      const { rows } = await sql.query(`select count(*)::int as n from pg_stat_activity where query like '%with doomed as%' and wait_event_type = 'Lock'`);
+      assert.equal(rows[0].n, 0, 'the sweep waits on a lock');
+      return false;
+    });
+    await sweep;
+  }
   const finishedRow = async (id: string) =>
     (await sql.query(`select state, attempts, max_attempts, last_error, errors from job_queue.finished_jobs where id = $1`, [id])).rows[0];
 
@@ -155,31 +167,81 @@ describe('the dead-worker sweep', () => {
     assert.equal((await row(job.id)).locked_by, null);
   });
 
+  it('a worker whose row someone has locked (a heartbeat whose transaction stays open) holds up neither the sweep nor the rescue of the others', async () => {
+    await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('dead-1', now() - interval '1 hour'), ('frozen', now() - interval '1 hour')`);
+    const job = await held('dead-1');
+    const frozenJob = await held('frozen');
+    // What a worker frozen between its heartbeat's Execute and Sync leaves on the server: the
+    // update ran, its implicit transaction stays open, and the row stays locked.
+    const frozen = await connect(db.url);
+    try {
+      await frozen.query('begin');
+      await frozen.query(`update job_queue.workers set heartbeat_at = now() where id = 'frozen'`);
+      await sweepWithoutWaiting();
+      assert.equal((await row(job.id)).locked_by, null, 'the other dead worker\'s job was rescued');
+      assert.equal((await row(frozenJob.id)).locked_by, 'frozen', 'the locked worker is left for a later sweep');
+      assert.deepEqual((await sql.query('select id from job_queue.workers order by id')).rows, [{ id: 'frozen' }]);
+    } finally {
+      // its connection dies: the server rolls the heartbeat back, and the row is stale again
+      await frozen.end();
+    }
+    await maintenance.runOnce();
+    const r = await row(frozenJob.id);
+    assert.deepEqual([r.locked_by, r.attempts], [null, 1]);
+    assert.match(r.last_error, /^JQ_WORKER_LOST: worker frozen stopped heartbeating/);
+    assert.deepEqual((await sql.query('select id from job_queue.workers')).rows, []);
+  });
+
+  it('a worker whose frozen heartbeat commits after all is alive, and keeps its jobs', async () => {
+    await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('frozen', now() - interval '1 hour')`);
+    const frozenJob = await held('frozen');
+    const frozen = await connect(db.url);
+    try {
+      await frozen.query('begin');
+      await frozen.query(`update job_queue.workers set heartbeat_at = now() where id = 'frozen'`);
+      await sweepWithoutWaiting();
+      await frozen.query('commit'); // the process resumed and sent its Sync
+    } finally {
+      await frozen.end();
+    }
+    await maintenance.runOnce();
+    assert.equal((await row(frozenJob.id)).locked_by, 'frozen');
+    assert.deepEqual((await sql.query('select id from job_queue.workers')).rows, [{ id: 'frozen' }]);
+  });
+
   it('a sweep that comes late leaves alone a job another worker has claimed again', async () => {
-    // dead-1 held the job. A late sweep takes its snapshot, then is held up (here: by a row
-    // lock on another dead worker's row); meanwhile a new worker registers and claims the job.
+    // dead-1 held the job. A late sweep takes its snapshot, then is held up (here: by a
+    // trigger of the test's that waits on an advisory lock while the sweep deletes dead-2's
+    // row); meanwhile a new worker registers and claims the job.
     await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('dead-1', now() - interval '1 hour'), ('dead-2', now() - interval '1 hour')`);
     const job = await held('dead-1');
+    await sql.query(`
+      create function hold_up_sweep() returns trigger language plpgsql as $$
+      begin
+        if old.id = 'dead-2' then perform pg_advisory_xact_lock(4242); end if;
+        return old;
+      end $$`);
+    await sql.query('create trigger hold_up before delete on job_queue.workers for each row execute function hold_up_sweep()');
     const blocker = await connect(db.url);
     const lateSweeper = await connect(db.url);
     try {
-      await blocker.query('begin');
-      await blocker.query(`select 1 from job_queue.workers where id = 'dead-2' for update`);
+      await blocker.query('select pg_advisory_lock(4242)');
       const queries = t.app.get(JobQueueDatabase).sql;
       const late = lateSweeper.query(queries.rescueJobs, [1000, 20000, null]);
       await waitFor('the late sweep to be held up', async () =>
-        (await sql.query(`select count(*)::int as n from pg_stat_activity where query like '%with dead as%' and wait_event_type = 'Lock'`)).rows[0].n === 1,
+        (await sql.query(`select count(*)::int as n from pg_stat_activity where query like '%with doomed as%' and wait_event_type = 'Lock'`)).rows[0].n === 1,
       );
       // a worker that registered after the late sweep's snapshot claims the job again
       await sql.query(`insert into job_queue.workers (id) values ('alive')`);
       await sql.query(`update job_queue.jobs set locked_by = 'alive', locked_at = now(), attempts = attempts + 1, started_at = now() where id = $1`, [job.id]);
-      await blocker.query('commit');
+      await blocker.query('select pg_advisory_unlock(4242)');
       const [result] = (await late).rows;
       assert.deepEqual(result.rescued, [], 'the late sweep rescued nothing');
       assert.deepEqual(result.dead.sort(), ['dead-1', 'dead-2']);
     } finally {
       await blocker.end();
       await lateSweeper.end();
+      await sql.query('drop trigger if exists hold_up on job_queue.workers; drop function if exists hold_up_sweep()');
     }
     const r = await row(job.id);
     assert.deepEqual([r.locked_by, r.attempts, r.last_error], ['alive', 2, null]);

@@ -69,10 +69,25 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
      * $2 is the orphan margin in ms; $3 the queue-event listeners' filter (see releaseJobs):
      * a started job's lost attempt is published as job:retrying or job:failed (JQ_WORKER_LOST),
      * a cancel it completes as job:cancelled.
+     *
+     * A dead worker's own row is skipped too while someone has it locked (`doomed`): the
+     * sweep would otherwise wait for that lock, and with it every rescue in the cluster (the
+     * leader's heartbeats and lease renewals queue behind it on the pinned connection, and
+     * the next leader's sweep waits on the same row). Who locks a worker's row: the worker's
+     * own heartbeat, for the moment it runs, or for as long as its transaction stays open if
+     * the process froze between the statement's Execute and its Sync (pg before 8.14.1
+     * writes them apart; the server then holds the implicit transaction, and
+     * idle_in_transaction_session_timeout does not apply to it); or a caller's transaction.
+     * Such a worker is declared dead, and its jobs released, by the first sweep after the
+     * lock is gone: if its heartbeat committed, it is alive and keeps them.
      */
     rescueJobs: `
-      with dead as (
-        delete from ${s}.workers w where ${isDead('w')} returning w.id
+      with doomed as materialized (
+        select w.id from ${s}.workers w where ${isDead('w')}
+        for update of w skip locked
+      ),
+      dead as (
+        delete from ${s}.workers w using doomed d where w.id = d.id returning w.id
       ),
       lost as materialized (
         select j.id, j.locked_by as worker_id, j.started_at is not null as started,
