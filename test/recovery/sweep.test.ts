@@ -167,16 +167,22 @@ describe('the dead-worker sweep', () => {
     assert.equal((await row(job.id)).locked_by, null);
   });
 
+  /** A heartbeat of worker `id` whose transaction stays open (a worker frozen between its Execute and Sync): its row stays locked. */
+  async function openHeartbeat(id: string): Promise<Client> {
+    const client = await connect(db.url);
+    await client.query('begin');
+    await client.query('update job_queue.workers set heartbeat_at = now() where id = $1', [id]);
+    return client;
+  }
+
   it('a worker whose row someone has locked (a heartbeat whose transaction stays open) holds up neither the sweep nor the rescue of the others', async () => {
     await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('dead-1', now() - interval '1 hour'), ('frozen', now() - interval '1 hour')`);
     const job = await held('dead-1');
     const frozenJob = await held('frozen');
     // What a worker frozen between its heartbeat's Execute and Sync leaves on the server: the
     // update ran, its implicit transaction stays open, and the row stays locked.
-    const frozen = await connect(db.url);
+    const frozen = await openHeartbeat('frozen');
     try {
-      await frozen.query('begin');
-      await frozen.query(`update job_queue.workers set heartbeat_at = now() where id = 'frozen'`);
       await sweepWithoutWaiting();
       assert.equal((await row(job.id)).locked_by, null, 'the other dead worker\'s job was rescued');
       assert.equal((await row(frozenJob.id)).locked_by, 'frozen', 'the locked worker is left for a later sweep');
@@ -195,10 +201,8 @@ describe('the dead-worker sweep', () => {
   it('a worker whose frozen heartbeat commits after all is alive, and keeps its jobs', async () => {
     await sql.query(`insert into job_queue.workers (id, heartbeat_at) values ('frozen', now() - interval '1 hour')`);
     const frozenJob = await held('frozen');
-    const frozen = await connect(db.url);
+    const frozen = await openHeartbeat('frozen');
     try {
-      await frozen.query('begin');
-      await frozen.query(`update job_queue.workers set heartbeat_at = now() where id = 'frozen'`);
       await sweepWithoutWaiting();
       await frozen.query('commit'); // the process resumed and sent its Sync
     } finally {
