@@ -5,6 +5,7 @@ import { createJobLifecycleMigration } from './1763900000000-job-lifecycle';
 import { createOperationsMigration } from './1764000000000-operations';
 import { createClaimByQueueHeadsMigration } from './1764100000000-claim-by-queue-heads';
 import { createEventListenersMigration } from './1764200000000-event-listeners';
+import { createFlowsMigration } from './1764300000000-flows';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -22,5 +23,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createOperationsMigration(schema),
     createClaimByQueueHeadsMigration(schema),
     createEventListenersMigration(schema),
+    createFlowsMigration(schema),
   ];
 }

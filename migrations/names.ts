@@ -18,3 +18,6 @@ export const finishedChannel = (schema: string) => `${schema}:finished`;
 
 /** The channel a cancel of a job some worker holds is told on. */
 export const cancelChannel = (schema: string) => `${schema}:cancel`;
+
+/** The channel cluster-wide job events are published on (flows' events since Flows1764300000000). */
+export const eventsChannel = (schema: string) => `${schema}:events`;

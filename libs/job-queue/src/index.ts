@@ -10,6 +10,8 @@ export {
   type JobCountsReport,
 } from './service/job-queue.service';
 export { JobEndedError } from './service/job-waiter';
+export { FlowEndedError } from './service/job-flows';
+export type { FlowStep, AddedFlow, Flow, FlowEdge, FlowState, DependencyResult, DependencyFailurePolicy } from './core/flow-steps';
 export type { JobQueueTasks, TaskName, TaskPayload, TypedJobSpec } from './core/typed-tasks';
 export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode, JobState, JobProgress, JobAttemptError } from './core/job';
 export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decorator';

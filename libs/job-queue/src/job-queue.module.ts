@@ -15,6 +15,8 @@ import { AmbientTransaction } from './peers/ambient-transaction';
 import { JobClsContext } from './peers/job-cls-context';
 import { JobQueueService } from './service/job-queue.service';
 import { JobWaiter } from './service/job-waiter';
+import { JobSpecValidator } from './service/job-spec-validator';
+import { JobFlows } from './service/job-flows';
 import { LocalStart } from './service/local-start';
 import { JobQueueTelemetry } from './telemetry/job-queue-telemetry';
 import { JobQueueWorker } from './worker/job-queue.worker';
@@ -37,6 +39,8 @@ import { WorkerMembership } from './worker/membership';
     JobQueueDatabase,
     TaskRegistry,
     JobWaiter,
+    JobSpecValidator,
+    JobFlows,
     JobQueueTelemetry,
     JobQueueEvents,
     QueueEventAudience,

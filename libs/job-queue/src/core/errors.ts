@@ -53,6 +53,13 @@ export type JobQueueErrorCode =
   | 'JQ_INVALID_STATE'
   | 'JQ_INVALID_CURSOR'
   | 'JQ_JOB_RUNNING'
+  // flows
+  | 'JQ_INVALID_FLOW'
+  | 'JQ_DEPENDENCY_FAILED'
+  | 'JQ_FLOW_FAILED'
+  | 'JQ_FLOW_CANCELLED'
+  | 'JQ_FLOW_NOT_FOUND'
+  | 'JQ_DUPLICATE_STEP'
   // the dashboard
   | 'JQ_DASHBOARD_UNGUARDED'
   | 'JQ_INVALID_DASHBOARD_OPTIONS';

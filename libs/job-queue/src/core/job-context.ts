@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
+import type { DependencyResult } from './flow-steps';
 import type { Job, JobProgress } from './job';
 import type { AddArgs, TaskName, TaskPayload } from './typed-tasks';
 
@@ -14,6 +15,10 @@ export interface JobInfo {
   runAt: Date;
   flags: string[];
   createdAt: Date;
+  /** Its flow's id (addFlow's, or its own for a job added alone). */
+  flowId: string;
+  /** Its step's ref in its flow; null for a job added alone. */
+  flowRef: string | null;
 }
 
 /** The second argument of every task handler. */
@@ -40,6 +45,19 @@ export interface JobContext {
    * exists only if the attempt commits.
    */
   addJob: <Name extends TaskName>(identifier: Name, ...args: AddArgs<Name>) => Promise<Job<TaskPayload<Name>>>;
+  /**
+   * A flow's job: its direct dependencies by ref, as they ended (state, and the result or the
+   * error). A failure the step's policy is `ignore` for is left out. Read from the database
+   * at each call; `{}` for a job with no dependency.
+   */
+  dependencyResults: () => Promise<Record<string, DependencyResult>>;
+  /**
+   * Adds the next job of this job's chain, of the same flow and ref, committed together with
+   * this attempt's completion: if the attempt fails, the continuation does not exist. Jobs that
+   * depend on this one wait for the end of its chain, and get its last job's result. Once per
+   * attempt; the job is checked at once (a bad one throws, with its code), and takes no jobKey.
+   */
+  continueWith: <Name extends TaskName>(identifier: Name, ...args: AddArgs<Name>) => void;
   /**
    * Only for a task declared with `@Task(name, { transaction: true })`: an EntityManager in a
    * transaction that also completes the job. What the handler writes through it commits

@@ -48,8 +48,12 @@ export interface JobSpecWithIdentifier extends Omit<JobSpec, 'manager'> {
 /** A job as the API returns it, unfinished or finished. Ids are strings: they are bigints. */
 export interface Job<Payload = unknown, Result = unknown> {
   id: string;
-  /** waiting (due, or claimed but not started), scheduled, running, retrying, completed, failed or cancelled. */
+  /** blocked (a flow's job waiting for its dependencies), waiting (due, or claimed but not started), scheduled, running, retrying, completed, failed or cancelled. */
   state: JobState;
+  /** The flow it belongs to: addFlow's, or, for a job added alone, its own id (its chain's, after `ctx.continueWith`). */
+  flowId: string;
+  /** Its step's `ref` in its flow (a continuation has the ref of the job it continues); null for a job added alone. */
+  flowRef: string | null;
   taskIdentifier: string;
   queueName: string | null;
   payload: Payload;
@@ -110,6 +114,8 @@ export interface JobRow {
   trace_id?: string | null;
   span_id?: string | null;
   trace_flags?: number | null;
+  flow_id?: string | null;
+  flow_ref?: string | null;
   /** Rows of a read (sql/read.ts) carry these; rows of add do not. */
   state?: JobState;
   result?: unknown;
@@ -135,6 +141,8 @@ export function toJob<Payload = unknown, Result = unknown>(row: JobRow): Job<Pay
   return {
     id: String(row.id),
     state: row.state ?? stateOf(row),
+    flowId: row.flow_id == null ? String(row.id) : String(row.flow_id),
+    flowRef: row.flow_ref ?? null,
     taskIdentifier: row.task_identifier,
     queueName: row.queue_name,
     payload: row.payload as Payload,

@@ -29,14 +29,32 @@ export type QueueEvent =
   | (QueueEventBase & { type: 'job:failed'; error: string; code: string | null })
   | (QueueEventBase & { type: 'job:cancelled'; reason: string | null })
   /** The handler reported progress (stored at most once a second, so not every value is published). */
-  | (QueueEventBase & { type: 'job:progress'; progress: JobProgress });
+  | (QueueEventBase & { type: 'job:progress'; progress: JobProgress })
+  /**
+   * A flow ended (its last job finished; see Flow's `state`). `jobId` and `flowId` are the
+   * flow's id (its first job's), `taskIdentifier` its first job's task (what `tasks` filters
+   * on); attempts and queue say nothing. Published by the statement that finished its last job.
+   */
+  | (QueueEventBase & { type: 'flow:completed'; flowId: string })
+  /** A flow ended failed: `refs` are the steps that failed (or were cancelled) and failed it. */
+  | (QueueEventBase & { type: 'flow:failed'; flowId: string; refs: string[] })
+  | (QueueEventBase & { type: 'flow:cancelled'; flowId: string; refs: string[] });
 
 export type QueueEventType = QueueEvent['type'];
 
 /** The event of one type, for a listener's parameter: `@OnQueueEvent('job:failed') onFailed(event: QueueEventOf<'job:failed'>)`. */
 export type QueueEventOf<Type extends QueueEventType> = Extract<QueueEvent, { type: Type }>;
 
-const TYPES: Record<QueueEventType, true> = { 'job:completed': true, 'job:retrying': true, 'job:failed': true, 'job:cancelled': true, 'job:progress': true };
+const TYPES: Record<QueueEventType, true> = {
+  'job:completed': true,
+  'job:retrying': true,
+  'job:failed': true,
+  'job:cancelled': true,
+  'job:progress': true,
+  'flow:completed': true,
+  'flow:failed': true,
+  'flow:cancelled': true,
+};
 export const QUEUE_EVENT_TYPES = Object.keys(TYPES) as QueueEventType[];
 
 /** Which events a listener wants: for each type, every task (`true`) or these tasks. Releases publish only what some listener wants. */
@@ -86,6 +104,9 @@ export const QUEUE_EVENT_EXTRAS = {
   'job:failed': ['error', 'code'],
   'job:cancelled': ['reason'],
   'job:progress': ['progress'],
+  'flow:completed': [],
+  'flow:failed': ['refs'],
+  'flow:cancelled': ['refs'],
 } as const satisfies Record<QueueEventType, readonly string[]>;
 
 /** The events of one notification on the events channel. */
@@ -109,6 +130,12 @@ export function queueEventsFromNotification(payload: string): QueueEvent[] {
         break;
       case 'job:progress':
         event.progress = a;
+        break;
+      case 'flow:completed':
+      case 'flow:failed':
+      case 'flow:cancelled':
+        event.flowId = jobId;
+        if (type !== 'flow:completed') event.refs = a;
         break;
     }
     return event as unknown as QueueEvent;

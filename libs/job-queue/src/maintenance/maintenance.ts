@@ -6,6 +6,7 @@ import { JobQueueEvents } from '../events/job-queue-events';
 import { QueueEventAudience } from '../events/queue-event-audience';
 import { finishLeftovers } from './finisher';
 import { deleteExpiredJobs } from './history-cleaner';
+import { sweepFlows } from './flow-sweeper';
 import { JobsVacuum } from './jobs-vacuum';
 import { deleteIdleQueues } from './queue-cleaner';
 import { rescueDeadWorkers } from './rescuer';
@@ -112,6 +113,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       await finishLeftovers(this.pinned);
       // Half a round at most, so that the lease is renewed on time behind a big backlog.
       await deleteExpiredJobs(this.pinned, this.options.retention, this.options.heartbeatInterval / 2);
+      await sweepFlows(this.pinned, this.options.retention, workerTimeout);
       if (everything || Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
         await deleteIdleQueues(this.pinned);
         this.lastQueueCleanup = Date.now();

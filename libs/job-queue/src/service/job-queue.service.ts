@@ -1,12 +1,12 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
-import { TaskRegistry } from '../discovery/task-registry';
+import { JobSpecValidator } from './job-spec-validator';
+import { JobFlows } from './job-flows';
+import type { AddedFlow, Flow, FlowStep } from '../core/flow-steps';
 import { JobQueueError } from '../core/errors';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { checkDuration } from '../core/duration';
-import { JOB_STATES, type JobState } from '../core/job-state';
-import { listStatements } from '../sql/read';
 import { checkManager } from './check-manager';
 import { toJob, type Job, type JobRow, type JobSpec } from '../core/job';
 import { AmbientTransaction } from '../peers/ambient-transaction';
@@ -20,17 +20,22 @@ import { QueueEventAudience } from '../events/queue-event-audience';
 import { QueueEventStream } from '../events/queue-event-stream';
 import type { QueueEvent } from '../core/queue-events';
 import type { Observable } from 'rxjs';
-import type { JobCounts, JobCountsReport, JobPage, ListJobsOptions, RescheduleOptions } from './job-lists';
+import { countJobs, listJobs, type JobCountsReport, type JobPage, type ListJobsOptions, type RescheduleOptions } from './job-lists';
 
 export type { JobCounts, JobCountsReport, JobPage, ListJobsOptions, RescheduleOptions } from './job-lists';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from '../core/validate-job-spec';
 
-/** Where a page ended: in the unfinished jobs (by id), or in the finished ones (by finished_at, id). */
-type Cursor = { phase: 'active'; id: string } | { phase: 'finished'; at: string; id: string };
-
 const MAX_REASON_LENGTH = 1_000;
 /** The longest waitForJob timeout: about 24 days, what a Node.js timer holds. */
 const MAX_WAIT_MS = 2_147_483_647;
+
+/** A cancel's reason, checked: null for none. */
+function checkReason(reason: unknown): string | null {
+  if (reason !== undefined && (typeof reason !== 'string' || reason.length > MAX_REASON_LENGTH)) {
+    throw new JobQueueError('JQ_INVALID_SPEC', `reason must be a string of at most ${MAX_REASON_LENGTH} characters`);
+  }
+  return (reason as string | undefined) ?? null;
+}
 
 /** Adds and manages jobs. Every input is checked before anything is written. */
 @Injectable()
@@ -38,7 +43,8 @@ export class JobQueueService {
   constructor(
     private readonly db: JobQueueDatabase,
     @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
-    private readonly tasks: TaskRegistry,
+    private readonly specs: JobSpecValidator,
+    private readonly flows: JobFlows,
     private readonly waiter: JobWaiter,
     private readonly telemetry: JobQueueTelemetry,
     private readonly ambient: AmbientTransaction,
@@ -140,6 +146,41 @@ export class JobQueueService {
     });
   }
 
+  /**
+   * Adds a flow: jobs that wait for other jobs, in one statement (in the caller's transaction
+   * when given `manager`). Steps that depend on nothing are claimable at once; the others are
+   * `blocked` until their dependencies end (see FlowStep for the failure policies). Checked
+   * first, nothing written on bad input: JQ_INVALID_FLOW (a duplicate or unknown ref, a cycle,
+   * no step, more than 10,000), or the code of a bad job. Returns the flow's id (its first
+   * job's) and each step's job by ref.
+   */
+  addFlow(steps: readonly FlowStep[], options: { manager?: EntityManager } = {}): Promise<AddedFlow> {
+    return this.flows.add(steps, options);
+  }
+
+  /** The flow (its state, jobs and edges), or null. A job added alone is a flow of its own: its id is the flow's. */
+  getFlow(flowId: string): Promise<Flow | null> {
+    return this.flows.get(flowId);
+  }
+
+  /**
+   * Waits until the flow ends: resolves with each ref's result (a chain's last job's), rejects
+   * with JQ_FLOW_FAILED (naming the failed refs) or JQ_FLOW_CANCELLED (a FlowEndedError
+   * carrying the flow), JQ_WAIT_TIMEOUT after `timeout`, JQ_FLOW_NOT_FOUND. Woken by NOTIFY.
+   */
+  waitForFlow<Results extends Record<string, unknown> = Record<string, unknown>>(flowId: string, options: { timeout?: number | string } = {}): Promise<Results> {
+    const timeout = options?.timeout === undefined ? undefined : checkDuration('timeout', options.timeout, 1, 'JQ_INVALID_SPEC', 'waitForFlow', MAX_WAIT_MS);
+    return this.flows.wait(flowId, timeout) as Promise<Results>;
+  }
+
+  /**
+   * Cancels every unfinished job of the flow: blocked and waiting ones at once, running ones as
+   * cancelJob does (their handlers' signals abort, in whatever process). Returns the flow after.
+   */
+  cancelFlow(flowId: string, reason?: string): Promise<Flow> {
+    return this.flows.cancel(flowId, checkReason(reason));
+  }
+
   /** The job, unfinished or finished (while its retention keeps it), or null. */
   async getJob<Payload = unknown, Result = unknown>(id: string): Promise<Job<Payload, Result> | null> {
     const [jobId] = validateJobIds([id]);
@@ -157,10 +198,7 @@ export class JobQueueService {
    */
   async cancelJob(id: string, reason?: string): Promise<Job> {
     const [jobId] = validateJobIds([id]);
-    if (reason !== undefined && (typeof reason !== 'string' || reason.length > MAX_REASON_LENGTH)) {
-      throw new JobQueueError('JQ_INVALID_SPEC', `reason must be a string of at most ${MAX_REASON_LENGTH} characters`);
-    }
-    const [{ outcome, state }] = await this.db.run<{ outcome: string; state: string | null }>('cancelJob', [jobId, reason ?? null]);
+    const [{ outcome, state }] = await this.db.run<{ outcome: string; state: string | null }>('cancelJob', [jobId, checkReason(reason)]);
     if (outcome === 'not_found') throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`);
     if (outcome === 'finished') throw new JobQueueError('JQ_JOB_FINISHED', `job ${jobId} is already ${state}: only an unfinished job can be cancelled`);
     // cancelled here, not by a worker's release, which publishes its own
@@ -229,31 +267,8 @@ export class JobQueueService {
   }
 
   /** A page of jobs, filtered by state, task and queue; see ListJobsOptions for the order. */
-  async listJobs(options: ListJobsOptions = {}): Promise<JobPage> {
-    const { state, task, queue, limit = 50, cursor } = options ?? {};
-    if (state !== undefined && !JOB_STATES.includes(state)) {
-      throw new JobQueueError('JQ_INVALID_STATE', `state must be one of ${JOB_STATES.join(', ')}, got ${JSON.stringify(state)}`);
-    }
-    if (task !== undefined) validateTaskIdentifier(task);
-    const queueName = optionalString(queue, 'JQ_INVALID_QUEUE_NAME', 'queue', LIMITS.queueNameLength);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new JobQueueError('JQ_INVALID_SPEC', `limit must be an integer from 1 to 1000, got ${String(limit)}`);
-    const from = decodeCursor(cursor);
-    const statements = listStatements(state ?? null, task !== undefined);
-    const rows: JobRow[] = [];
-    if (statements.active && from?.phase !== 'finished') {
-      rows.push(...(await this.db.runPlannedEachTime<JobRow>(statements.active, [task ?? null, queueName, from?.id ?? null, limit + 1])));
-    }
-    if (statements.finished && rows.length <= limit) {
-      const after = from?.phase === 'finished' ? from : undefined;
-      rows.push(...(await this.db.runPlannedEachTime<JobRow>(statements.finished, [task ?? null, queueName, after?.at ?? null, after?.id ?? null, limit + 1 - rows.length])));
-    }
-    const page = rows.slice(0, limit);
-    const last = page[page.length - 1] as (JobRow & { finished_at_key?: string | null }) | undefined;
-    const nextCursor =
-      rows.length > limit && last
-        ? encodeCursor(last.finished_at_key ? { phase: 'finished', at: last.finished_at_key, id: String(last.id) } : { phase: 'active', id: String(last.id) })
-        : null;
-    return { jobs: page.map((row) => toJob(row)), nextCursor };
+  listJobs(options: ListJobsOptions = {}): Promise<JobPage> {
+    return listJobs(this.db, options);
   }
 
   /**
@@ -261,17 +276,8 @@ export class JobQueueService {
    * counted in `jobs` (as many rows as the backlog); finished ones come from the counts that
    * triggers on `finished_jobs` keep, so a long history costs nothing here.
    */
-  async countJobs(): Promise<JobCountsReport> {
-    const rows = await this.db.run<{ state: JobState; task_identifier: string; queue_name: string | null; count: string }>('countJobs', []);
-    const empty = (): JobCounts => Object.fromEntries(JOB_STATES.map((state) => [state, 0])) as JobCounts;
-    const report: JobCountsReport = { byState: empty(), byTask: {}, byQueue: {} };
-    for (const row of rows) {
-      const count = Number(row.count);
-      report.byState[row.state] += count;
-      (report.byTask[row.task_identifier] ??= empty())[row.state] += count;
-      if (row.queue_name !== null) (report.byQueue[row.queue_name] ??= empty())[row.state] += count;
-    }
-    return report;
+  countJobs(): Promise<JobCountsReport> {
+    return countJobs(this.db);
   }
 
   /** Deletes the pending job with this key; a job a worker holds is left alone (null is returned). */
@@ -282,10 +288,15 @@ export class JobQueueService {
     return rows[0] ? toJob(rows[0]) : null;
   }
 
-  /** Marks unfinished jobs as completed (with no result). Jobs a worker holds are skipped. Returns the jobs completed. */
-  async completeJobs(ids: string[]): Promise<Job[]> {
-    const rows = await this.db.run<JobRow>('completeJobs', [validateJobIds(ids)]);
-    return this.jobsById(rows.map((row) => String(row.id)));
+  /**
+   * Completes jobs no worker holds (waiting, scheduled, retrying or blocked), with `result`
+   * when given, in the caller's transaction when given `manager`: completion from outside,
+   * for approvals and webhooks. Their flows' dependents unblock at the commit. A job a worker
+   * holds is refused with JQ_JOB_RUNNING, and nothing is written; finished or unknown ids are
+   * ignored. Returns the jobs completed.
+   */
+  completeJobs(ids: string[], options: { result?: unknown; manager?: EntityManager } = {}): Promise<Job[]> {
+    return this.flows.complete(ids, options);
   }
 
   /** Fails unfinished jobs for good, with `reason` as their error. Jobs a worker holds are skipped. Returns the jobs failed. */
@@ -336,49 +347,8 @@ export class JobQueueService {
 
   /** Task options fill in what the spec leaves out; the task must be one this app knows. */
   private validate(identifier: string, payload: unknown, spec: Omit<JobSpec, 'manager'> & { manager?: unknown }): ValidJob {
-    const task = typeof identifier === 'string' ? this.tasks.get(identifier) : undefined;
-    const defaults = task?.options;
-    const { manager: _manager, ...rest } = spec ?? {};
-    const job = validateJob(
-      identifier,
-      payload,
-      {
-        ...rest,
-        queueName: rest.queueName ?? defaults?.queueName,
-        priority: rest.priority ?? defaults?.priority,
-        maxAttempts: rest.maxAttempts ?? defaults?.maxAttempts,
-      },
-      this.options.maxJsonBytes,
-    );
-    const { externalTasks } = this.options;
-    if (!task && externalTasks !== '*' && !externalTasks.has(job.identifier)) {
-      throw new JobQueueError(
-        'JQ_UNKNOWN_TASK',
-        `no @Task('${job.identifier}') in this app: check the name, or list it in the externalTasks option if another app runs it`,
-      );
-    }
-    return job;
+    return this.specs.validate(identifier, payload, spec);
   }
-}
-
-function encodeCursor(cursor: Cursor): string {
-  return Buffer.from(JSON.stringify(cursor)).toString('base64url');
-}
-
-function decodeCursor(text: string | null | undefined): Cursor | undefined {
-  if (text === undefined || text === null) return undefined;
-  const bad = () => new JobQueueError('JQ_INVALID_CURSOR', 'cursor must be the nextCursor of an earlier listJobs() page');
-  if (typeof text !== 'string') throw bad();
-  let cursor: Partial<Cursor & { at: unknown }>;
-  try {
-    cursor = JSON.parse(Buffer.from(text, 'base64url').toString());
-  } catch {
-    throw bad();
-  }
-  const id = typeof cursor?.id === 'string' && /^[1-9][0-9]{0,18}$/.test(cursor.id) ? cursor.id : undefined;
-  if (id && cursor.phase === 'active') return { phase: 'active', id };
-  if (id && cursor.phase === 'finished' && typeof cursor.at === 'string' && !Number.isNaN(Date.parse(cursor.at))) return { phase: 'finished', at: cursor.at, id };
-  throw bad();
 }
 
 /** One page of retryFailedJobs: how many it retried, and the cursor of the next (null after the last). */

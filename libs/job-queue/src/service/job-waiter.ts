@@ -21,6 +21,17 @@ interface Waiter {
   timer?: NodeJS.Timeout;
 }
 
+/** What a read of waitUntil() says: settled with a value or an error, or not yet (undefined). */
+export type WaitRead<T> = { value: T } | { error: Error } | undefined;
+
+/** A waitUntil(): its read, and how to settle it. */
+interface ReadWaiter {
+  read: () => Promise<WaitRead<unknown>>;
+  resolve: (value: unknown) => void;
+  reject: (error: Error) => void;
+  timer?: NodeJS.Timeout;
+}
+
 /** After a read failed, how long until the waited jobs are read again. */
 const RETRY_READ_MS = 1_000;
 
@@ -35,6 +46,8 @@ const RETRY_READ_MS = 1_000;
 @Injectable()
 export class JobWaiter implements BeforeApplicationShutdown {
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** waitUntil()'s waiters, by the id whose notification makes them read again (waitForFlow: the flow's). */
+  private readonly readers = new Map<string, Set<ReadWaiter>>();
   private listener?: NotifyListener;
   private listening?: Promise<void>;
   private retryTimer?: NodeJS.Timeout;
@@ -63,6 +76,50 @@ export class JobWaiter implements BeforeApplicationShutdown {
     });
   }
 
+  /**
+   * Resolves with what `read` settles on: it is read once listening, then again whenever the
+   * finished channel names `id` (finish_flows() names a flow when it ends) or anything may
+   * have been missed (a reconnect). Rejects with JQ_WAIT_TIMEOUT (`what` names it) after `timeoutMs`.
+   */
+  async waitUntil<T>(id: string, what: string, read: () => Promise<WaitRead<T>>, timeoutMs?: number): Promise<T> {
+    if (this.closed) throw new JobQueueError('JQ_WAIT_TIMEOUT', `${what}: the app is shutting down`);
+    await this.listen();
+    if (this.closed) throw new JobQueueError('JQ_WAIT_TIMEOUT', `${what}: the app is shutting down`);
+    return new Promise<T>((resolve, reject) => {
+      const waiter: ReadWaiter = { read, resolve: resolve as (value: unknown) => void, reject };
+      const forId = this.readers.get(id) ?? new Set<ReadWaiter>();
+      if (timeoutMs !== undefined) {
+        waiter.timer = setTimeout(() => {
+          forId.delete(waiter);
+          if (forId.size === 0) this.readers.delete(id);
+          reject(new JobQueueError('JQ_WAIT_TIMEOUT', `${what} did not finish within ${timeoutMs} ms`));
+        }, timeoutMs);
+      }
+      forId.add(waiter);
+      this.readers.set(id, forId);
+      void this.reread(id, waiter);
+    });
+  }
+
+  /** Reads one waitUntil() again; settles it if its read did. A failed read is tried again later. */
+  private async reread(id: string, waiter: ReadWaiter): Promise<void> {
+    let outcome: WaitRead<unknown>;
+    try {
+      outcome = await waiter.read();
+    } catch {
+      if (this.closed) return;
+      setTimeout(() => this.readers.get(id)?.has(waiter) && void this.reread(id, waiter), RETRY_READ_MS).unref();
+      return;
+    }
+    const forId = this.readers.get(id);
+    if (outcome === undefined || !forId?.has(waiter)) return;
+    forId.delete(waiter);
+    if (forId.size === 0) this.readers.delete(id);
+    clearTimeout(waiter.timer);
+    if ('error' in outcome) waiter.reject(outcome.error);
+    else waiter.resolve(outcome.value);
+  }
+
   /** How many jobs are being waited for (for tests and health checks). */
   get waitedJobs(): number {
     return this.waiters.size;
@@ -78,6 +135,13 @@ export class JobWaiter implements BeforeApplicationShutdown {
       }
     }
     this.waiters.clear();
+    for (const [id, forId] of this.readers) {
+      for (const waiter of forId) {
+        clearTimeout(waiter.timer);
+        waiter.reject(new JobQueueError('JQ_WAIT_TIMEOUT', `${id}: the app shut down while waiting for it`));
+      }
+    }
+    this.readers.clear();
     await this.listening?.catch(() => undefined);
     await this.listener?.stop();
   }
@@ -98,6 +162,12 @@ export class JobWaiter implements BeforeApplicationShutdown {
 
   /** A release named finished ids ('*': too many to name); no channel: (re)connected. */
   private heard(channel: string | undefined, payload: string | undefined): void {
+    if (this.readers.size > 0) {
+      const all = channel === undefined || payload === '*' || !payload;
+      for (const id of all ? [...this.readers.keys()] : payload.split(',').filter((named) => this.readers.has(named))) {
+        for (const waiter of this.readers.get(id) ?? []) void this.reread(id, waiter);
+      }
+    }
     if (this.waiters.size === 0) return;
     if (channel === undefined || payload === '*' || !payload) {
       void this.check([...this.waiters.keys()]);

@@ -17,7 +17,7 @@ import { queueHead } from './queue-head';
  * trivial job costs.
  */
 const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.payload, j.priority, j.attempts, j.max_attempts, j.last_error, j.key,
-  j.revision, nullif(j.flags, '{}') as flags, j.progress, j.errors, j.trace_id, j.span_id, j.trace_flags,
+  j.revision, nullif(j.flags, '{}') as flags, j.progress, j.errors, j.trace_id, j.span_id, j.trace_flags, j.flow_id, j.flow_ref,
   ${epochMicroseconds('j.run_at')} as run_at_us, ${epochMicroseconds('j.created_at')} as created_at_us,
   ${epochMicroseconds('now()')} as claimed_at_us, j.started_at is not null as started`;
 

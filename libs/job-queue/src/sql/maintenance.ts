@@ -212,13 +212,15 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
 
     /**
      * Retention: deletes up to $3 finished jobs in state $1 that finished more than $2 ms ago,
-     * oldest first, walking finished_jobs_state_idx; rows someone has locked are skipped.
+     * oldest first, walking finished_jobs_state_idx; rows someone has locked are skipped, and so
+     * are the jobs of a flow still running (a flow's jobs stay together until it ends).
      */
     deleteExpiredJobs: `
       with expired as (
-        select id from ${s}.finished_jobs
-        where state = $1 and finished_at < now() - $2::float8 * interval '1 millisecond'
-        order by finished_at
+        select f.id from ${s}.finished_jobs f
+        where f.state = $1 and f.finished_at < now() - $2::float8 * interval '1 millisecond'
+          and (f.flow_id is null or not exists (select 1 from ${s}.flows fl where fl.id = f.flow_id and fl.state = 'running'))
+        order by f.finished_at
         limit $3
         for update skip locked
       ),

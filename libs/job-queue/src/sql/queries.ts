@@ -11,6 +11,7 @@
  *
  * Beside it:
  *   sql/cron.ts         registerCrontabs, lockCrontab, scheduleCronTick (recurring jobs)
+ *   sql/flows.ts        addFlow, dependencyResults, continueJob, getFlow*, cancelFlow, completeJobsWithResult, sweepFlows
  *   sql/read.ts         getJob(s), getJobsByKey, findJobsOfTask, listJobs*, countJobs
  *   sql/admin.ts        removeJob, completeJobs, permanentlyFailJobs, rescheduleJobs, cancelJob, retryJobs
  *   sql/workers.ts      a worker's own row (register, heartbeat, unregister), giveBackJobs
@@ -28,6 +29,7 @@ import { createAddQueries } from './add';
 import { createAdminQueries } from './admin';
 import { createClaimQueries } from './claim';
 import { createCronQueries } from './cron';
+import { createFlowQueries } from './flows';
 import { cancelChannel, eventsChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
 import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
@@ -58,6 +60,7 @@ export function createQueries(schema: string) {
     ...createClaimQueries(s),
     ...createReleaseQueries(s, channel, finished, events),
     ...createCronQueries(s),
+    ...createFlowQueries(s, channel),
     ...createReadQueries(s),
     ...createWorkerQueries(s, channel, finished),
     ...createMaintenanceQueries(s, channel, finished, events),

@@ -35,7 +35,15 @@ const activeColumns = (j: string) => `
   ${j}.last_error, ${j}.key, ${j}.revision, ${j}.flags, ${j}.locked_at, ${j}.locked_by, ${j}.created_at, ${j}.updated_at,
   ${j}.started_at, ${j}.first_run_at, ${j}.progress, ${j}.errors, ${j}.cancel_requested_at, ${j}.trace_id, ${j}.span_id, ${j}.trace_flags,
   ${activeState(j)} as state, null::jsonb as result, null::timestamptz as finished_at, ${j}.locked_by as worker_id,
-  null::text as finished_at_key`;
+  null::text as finished_at_key, ${j}.flow_id, ${j}.flow_ref`;
+
+/** A row of `blocked_jobs` (a flow's job waiting for its dependencies) in the same shape: its run_at is when it may run once unblocked (its creation when none was given). */
+const blockedColumns = (b: string) => `
+  ${b}.id, ${b}.task_identifier, ${b}.queue_name, ${b}.payload, ${b}.priority, coalesce(${b}.run_at, ${b}.created_at) as run_at, 0 as attempts, ${b}.max_attempts,
+  null::text as last_error, null::text as key, 0 as revision, ${b}.flags, null::timestamptz as locked_at, null::text as locked_by, ${b}.created_at,
+  ${b}.created_at as updated_at, null::timestamptz as started_at, null::timestamptz as first_run_at, null::jsonb as progress, null::jsonb as errors,
+  null::timestamptz as cancel_requested_at, ${b}.trace_id, ${b}.span_id, ${b}.trace_flags, 'blocked'::text as state, null::jsonb as result,
+  null::timestamptz as finished_at, null::text as worker_id, null::text as finished_at_key, ${b}.flow_id, ${b}.flow_ref`;
 
 /** A row of `finished_jobs` in the same shape. */
 const finishedColumns = (f: string) => `
@@ -43,19 +51,22 @@ const finishedColumns = (f: string) => `
   ${f}.last_error, ${f}.key, 0 as revision, ${f}.flags, null::timestamptz as locked_at, null::text as locked_by, ${f}.created_at,
   ${f}.finished_at as updated_at, ${f}.started_at, null::timestamptz as first_run_at, ${f}.progress, ${f}.errors,
   null::timestamptz as cancel_requested_at, null::uuid as trace_id, null::bigint as span_id, null::smallint as trace_flags, ${f}.state, ${f}.result, ${f}.finished_at, ${f}.worker_id,
-  ${f}.finished_at::text as finished_at_key`;
+  ${f}.finished_at::text as finished_at_key, ${f}.flow_id, ${f}.flow_ref`;
 
 const MAX_BIGINT = '9223372036854775807';
 
 export function createReadQueries(s: string) {
   /** $1 task or null, $2 queue or null, $3 cursor id or null, $4 limit. Newest first. */
-  const listActive = (state: JobState | null) => `
-    select ${activeColumns('j')} from ${s}.jobs j
-    where ${state ? activeCondition(state) : 'true'}
-      and ($1::text is null or j.task_identifier = $1) and ($2::text is null or j.queue_name = $2)
-      and j.id < coalesce($3::bigint, ${MAX_BIGINT})
-    order by j.id desc
-    limit $4`;
+  const listActive = (state: JobState | null) => {
+    const filters = (r: string) => `($1::text is null or ${r}.task_identifier = $1) and ($2::text is null or ${r}.queue_name = $2)
+      and ${r}.id < coalesce($3::bigint, ${MAX_BIGINT})`;
+    const active = `(select ${activeColumns('j')} from ${s}.jobs j
+      where ${state ? activeCondition(state) : 'true'} and ${filters('j')}
+      order by j.id desc limit $4)`;
+    const blocked = `(select ${blockedColumns('b')} from ${s}.blocked_jobs b where ${filters('b')} order by b.id desc limit $4)`;
+    if (state === 'blocked') return blocked;
+    return state === null ? `select * from (${active} union all ${blocked}) unfinished order by id desc limit $4` : active;
+  };
 
   /**
    * $1 task or null, $2 queue or null, $3 cursor finished_at or null, $4 cursor id, $5 limit.
@@ -79,12 +90,16 @@ export function createReadQueries(s: string) {
     getJob: `
       select ${activeColumns('j')} from ${s}.jobs j where j.id = $1::bigint
       union all
+      select ${blockedColumns('b')} from ${s}.blocked_jobs b where b.id = $1::bigint
+      union all
       select ${finishedColumns('f')} from ${s}.finished_jobs f where f.id = $1::bigint
       limit 1`,
 
     /** $1 ids: the jobs in whichever table holds them (a job moving between the two meanwhile may come twice). */
     getJobs: `
       select ${activeColumns('j')} from ${s}.jobs j where j.id = any($1::bigint[])
+      union all
+      select ${blockedColumns('b')} from ${s}.blocked_jobs b where b.id = any($1::bigint[])
       union all
       select ${finishedColumns('f')} from ${s}.finished_jobs f where f.id = any($1::bigint[])`,
 
@@ -103,12 +118,15 @@ export function createReadQueries(s: string) {
       select * from (
         select ${activeColumns('j')} from ${s}.jobs j where j.task_identifier = $1 and j.payload @> $2::jsonb
         union all
+        select ${blockedColumns('b')} from ${s}.blocked_jobs b where b.task_identifier = $1 and b.payload @> $2::jsonb
+        union all
         select ${finishedColumns('f')} from ${s}.finished_jobs f where f.task_identifier = $1 and f.payload @> $2::jsonb
       ) found
       order by id
       limit 1000`,
 
     listJobsActive: listActive(null),
+    listJobsBlocked: listActive('blocked'),
     listJobsWaiting: listActive('waiting'),
     listJobsScheduled: listActive('scheduled'),
     listJobsRunning: listActive('running'),
@@ -123,12 +141,13 @@ export function createReadQueries(s: string) {
     listJobsCancelledOfTask: listFinished(['cancelled'], true),
 
     /**
-     * Counts of unfinished jobs by state, task and queue (a scan of `jobs`: its size is the
+     * Counts of unfinished jobs by state, task and queue (a scan of `jobs` and `blocked_jobs`: their size is the
      * backlog), and of finished ones from the counts the triggers keep (a few rows per task).
      */
     countJobs: `
       select state, task_identifier, queue_name, count(*)::bigint::text as count
-      from (select ${activeState('j')} as state, j.task_identifier, j.queue_name from ${s}.jobs j) active
+      from (select ${activeState('j')} as state, j.task_identifier, j.queue_name from ${s}.jobs j
+            union all select 'blocked', b.task_identifier, b.queue_name from ${s}.blocked_jobs b) active
       group by 1, 2, 3
       union all
       select state, task_identifier, nullif(queue_name, ''), sum(count)::bigint::text

@@ -40,7 +40,8 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
      *   succeeded ($2 ids; $3 their results, a jsonb object by id, holding those that returned
      *   something), the failures that were their last attempt, and any job whose cancel was
      *   requested, which ends `cancelled` whatever its handler did. A success is kept only if
-     *   $9 (retention.completed is not 0); the others always are (the cleaner deletes what its
+     *   $9 (retention.completed is not 0) or it belongs to a flow (waitForFlow reads it; the
+     *   insert also settles its flow: the trigger of migration Flows1764300000000); the others always are (the cleaner deletes what its
      *   retention says).
      * - The other failures ($4 ids; $5 a jsonb object by id of `{message, code, delay_ms}`) are
      *   unlocked with the error appended to `errors` (the latest MAX_KEPT_ERRORS kept), run_at
@@ -110,7 +111,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
         attempts: `case when f.state = 'cancelled' and f.started_at is null then greatest(f.attempts - 1, 0) else f.attempts end`,
         // a prefetched job that finished before its start mark was written started about now
         startedAt: `case when f.state = 'cancelled' then f.started_at else coalesce(f.started_at, now()) end`,
-        where: `f.state <> 'completed' or $9::boolean`,
+        where: `f.state <> 'completed' or $9::boolean or f.flow_id is not null`,
       })}
       ),
       retried as (
@@ -187,7 +188,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
         lastError: 'null',
         workerId: '$1',
         startedAt: 'coalesce(f.started_at, now())',
-        where: '$5::boolean',
+        where: '$5::boolean or f.flow_id is not null',
       })}
       ),
       ${unlockQueuesOf('finished', '$1')},

@@ -37,7 +37,7 @@ export class JobQueueTelemetry implements OnApplicationShutdown {
     return this.bridge?.counting ?? false;
   }
 
-  traceAdd(destinations: Array<{ identifier: string; queueName: string | null }>, operation: 'add' | 'addMany', add: (carrier: TraceCarrier | null) => Promise<Job[]>): Promise<Job[]> {
+  traceAdd(destinations: Array<{ identifier: string; queueName: string | null }>, operation: 'add' | 'addMany' | 'addFlow', add: (carrier: TraceCarrier | null) => Promise<Job[]>): Promise<Job[]> {
     return this.bridge ? this.bridge.traceAdd(destinations, operation, add) : add(null);
   }
 

@@ -101,7 +101,7 @@ export class OpenTelemetryBridge implements TelemetryBridge {
 
   async traceAdd(
     destinations: Array<{ identifier: string; queueName: string | null }>,
-    operation: 'add' | 'addMany',
+    operation: 'add' | 'addMany' | 'addFlow',
     add: (carrier: TraceCarrier | null) => Promise<Job[]>,
   ): Promise<Job[]> {
     // No SDK and no context manager: the span would be a no-op and nothing would be injected.

@@ -8,7 +8,7 @@ export type TraceCarrier = Record<string, string>;
 /** What the core asks of a telemetry backend (open-telemetry.ts is the one there is). */
 export interface TelemetryBridge {
   /** Runs an add inside a producer span; `add` gets the context to store with the jobs, or null. */
-  traceAdd(destinations: Array<{ identifier: string; queueName: string | null }>, operation: 'add' | 'addMany', add: (carrier: TraceCarrier | null) => Promise<Job[]>): Promise<Job[]>;
+  traceAdd(destinations: Array<{ identifier: string; queueName: string | null }>, operation: 'add' | 'addMany' | 'addFlow', add: (carrier: TraceCarrier | null) => Promise<Job[]>): Promise<Job[]>;
   /** Runs one attempt inside a consumer span linked to the job's producer span. */
   traceAttempt(job: Job, run: () => Promise<JobOutcome>): Promise<JobOutcome>;
   /** Counts a worker event (completions, failures, retries, durations). */

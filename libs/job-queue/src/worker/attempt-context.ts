@@ -3,6 +3,8 @@ import type { JobContext } from '../core/job-context';
 import type { Job } from '../core/job';
 import type { JobMiddleware } from '../core/middleware';
 import type { EntityManager } from 'typeorm';
+import { JobQueueError } from '../core/errors';
+import type { ValidJob } from '../core/validate-job-spec';
 
 /*
  * The contexts of one attempt, made per job. Not object literals with getters: V8 makes each
@@ -15,6 +17,9 @@ export interface RunJobContext {
   signal: AbortSignal;
   addJob: JobContext['addJob'];
   progress: JobContext['progress'];
+  /** A flow's calls; without them (runTask), no dependency, and continueWith refuses. */
+  dependencyResults?: JobContext['dependencyResults'];
+  continueWith?: JobContext['continueWith'];
   middleware?: readonly JobMiddleware[];
   /** The attempt's transaction, for a `transaction: true` task. */
   manager?: EntityManager;
@@ -48,6 +53,18 @@ const SIGNAL: PropertyDescriptor = {
   configurable: true,
 };
 
+const NO_DEPENDENCIES: JobContext['dependencyResults'] = async () => ({});
+const NO_CONTINUATION: JobContext['continueWith'] = () => {
+  throw new JobQueueError('JQ_INVALID_FLOW', 'continueWith needs a worker: this attempt has no job row to continue');
+};
+
+/** What the worker's flow calls need of one attempt (worker/executor.ts fills it). */
+export interface AttemptFlow {
+  dependencyResults(jobId: string): ReturnType<JobContext['dependencyResults']>;
+  /** Checks the continuation and keeps it on the attempt; throws if it has one already. */
+  continueWith(entry: { continuation?: ValidJob }, identifier: string, payload?: unknown, spec?: object): void;
+}
+
 /**
  * The handler's `ctx`: a plain object whose `logger` and `signal` are its own enumerable
  * getters (a spread of it copies them, as of the literal it replaces), in the same key order;
@@ -65,6 +82,8 @@ export function handlerContext(job: Job, context: RunJobContext): JobContext {
       runAt: job.runAt,
       flags: job.flags,
       createdAt: job.createdAt,
+      flowId: job.flowId,
+      flowRef: job.flowRef,
     },
   } as JobContext;
   Object.defineProperty(ctx, LAZY, { value: { job, context } satisfies Lazy });
@@ -72,18 +91,27 @@ export function handlerContext(job: Job, context: RunJobContext): JobContext {
   Object.defineProperty(ctx, 'signal', SIGNAL);
   ctx.addJob = context.addJob;
   ctx.progress = context.progress;
+  ctx.dependencyResults = context.dependencyResults ?? NO_DEPENDENCIES;
+  ctx.continueWith = context.continueWith ?? NO_CONTINUATION;
   ctx.manager = context.manager;
   return ctx;
 }
 
 /** The worker's context of one attempt: its signal is its running job's, read (and so made) only when the handler first asks. */
 export class WorkerAttemptContext implements RunJobContext {
+  readonly dependencyResults: JobContext['dependencyResults'];
+  readonly continueWith: JobContext['continueWith'];
+
   constructor(
-    private readonly running: { readonly signal: AbortSignal },
+    private readonly running: { readonly signal: AbortSignal; readonly job: Job; continuation?: ValidJob },
     readonly addJob: JobContext['addJob'],
     readonly progress: JobContext['progress'],
     readonly middleware: readonly JobMiddleware[] | undefined,
-  ) {}
+    flow: AttemptFlow,
+  ) {
+    this.dependencyResults = () => flow.dependencyResults(running.job.id);
+    this.continueWith = ((identifier: string, payload?: unknown, spec?: object) => flow.continueWith(running, identifier, payload, spec)) as JobContext['continueWith'];
+  }
 
   get signal(): AbortSignal {
     return this.running.signal;

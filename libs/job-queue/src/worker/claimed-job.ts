@@ -21,6 +21,9 @@ export interface ClaimedRow {
   trace_id: string | null;
   span_id: string | null;
   trace_flags: number | null;
+  /** Null for a job added alone (its flow is itself). */
+  flow_id: string | null;
+  flow_ref: string | null;
   run_at_us: string | number;
   created_at_us: string | number;
   /** The claim's now(): the job's locked_at and updated_at, and its started_at if `started`. */
@@ -36,6 +39,8 @@ export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: strin
   return {
     id: row.id,
     state: row.started ? 'running' : 'waiting',
+    flowId: row.flow_id ?? row.id,
+    flowRef: row.flow_ref,
     taskIdentifier: row.task_identifier,
     queueName: row.queue_name,
     payload: row.payload as Payload,

@@ -11,7 +11,8 @@ import { defaultRetryDelayMs } from '../core/retry-delay';
 import type { RegisteredTask } from '../discovery/task-registry';
 import type { JobClsContext } from '../peers/job-cls-context';
 import type { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
-import { WorkerAttemptContext } from './attempt-context';
+import { WorkerAttemptContext, type AttemptFlow } from './attempt-context';
+import type { JobFlows } from '../service/job-flows';
 import { runAttempt } from './job-transaction';
 import { RunningJob } from './running-job';
 import { WorkerPart, type WorkerParts } from './worker-state';
@@ -29,6 +30,8 @@ export class Executor extends WorkerPart {
   private readonly logger = new Logger('JobQueueWorker');
   /** Every handler's ctx.addJob (one for all: it only passes the call on). */
   private readonly addJob: JobContext['addJob'];
+  /** What every handler's ctx.dependencyResults and ctx.continueWith call. */
+  private readonly attemptFlow: AttemptFlow;
 
   constructor(
     parts: WorkerParts,
@@ -37,9 +40,17 @@ export class Executor extends WorkerPart {
     addJob: JobContext['addJob'],
     /** A slot was freed (after `durationMs` of the handler, when it ran to its outcome): producer.ts. */
     private readonly slotFreed: (durationMs?: number) => void,
+    private readonly flows: JobFlows,
   ) {
     super(parts);
     this.addJob = addJob;
+    this.attemptFlow = {
+      dependencyResults: (jobId) => flows.dependencyResults(jobId),
+      continueWith: (entry, identifier, payload, spec) => {
+        if (entry.continuation) throw new JobQueueError('JQ_INVALID_FLOW', 'continueWith may be called once per attempt');
+        entry.continuation = flows.continuation(identifier, payload, spec);
+      },
+    };
   }
 
   launch(job: Job): void {
@@ -56,10 +67,15 @@ export class Executor extends WorkerPart {
       events.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => state.batcher.reportProgress(job.id, written));
     };
-    const context = new WorkerAttemptContext(entry, this.addJob, progress, this.options.middleware);
+    const context = new WorkerAttemptContext(entry, this.addJob, progress, this.options.middleware, this.attemptFlow);
     const workerId = this.membership.workerId;
-    const attempt = () =>
-      runAttempt(task, job, context, this.db.dataSource, (manager, result) => this.completeInTransaction(manager, workerId, entry, result));
+    const complete = (manager: EntityManager, result: unknown) => this.completeInTransaction(manager, workerId, entry, result);
+    const attempt = async () => {
+      const outcome = await runAttempt(task, job, context, this.db.dataSource, complete);
+      // A continuation is written with the completion, in one transaction: the batcher cannot.
+      if (outcome.ok && !outcome.completedInTransaction && entry.continuation) return this.completeContinued(outcome.result, complete);
+      return outcome;
+    };
     entry.done = this.telemetry.traceAttempt(job, () => this.clsContext.run(attempt)).then((outcome) => {
       entry.settled();
       const committed = outcome.ok && outcome.completedInTransaction === true;
@@ -130,8 +146,18 @@ export class Executor extends WorkerPart {
     this.events.emit({ type: 'job:stuck', job, reason, runningMs: entry.durationMs });
   }
 
+  /** Completes a job that continues (ctx.continueWith) in a transaction of its own: the continuation and the completion commit together. */
+  private async completeContinued(result: unknown, complete: (manager: EntityManager, result: unknown) => Promise<void>): Promise<JobOutcome> {
+    try {
+      await this.db.dataSource.transaction((manager) => complete(manager, result));
+      return { ok: true, result, completedInTransaction: true };
+    } catch (error) {
+      return { ok: false, error };
+    }
+  }
+
   /**
-   * The completion of a `transaction: true` attempt, written in its transaction (sql
+   * The completion of a `transaction: true` attempt (or of one that continues), written in its transaction (sql
    * completeJobInTransaction) just before the commit. Throws, which rolls the transaction
    * back, when the job timed out, was cancelled or lost meanwhile.
    */
@@ -147,6 +173,7 @@ export class Executor extends WorkerPart {
     if (entry.lost) throw lost();
     const progress = entry.unwrittenProgress ?? this.state.batcher.unwrittenProgress(job.id) ?? null;
     const resultJson = this.resultJson(job, result);
+    if (entry.continuation && !(await this.flows.continueJob(manager, workerId, job.id, entry.continuation))) throw lost();
     // A caller may hold the job's row (add_job replacing a keyed job) as long as its transaction
     // lasts: rather than wait, holding the handler's locks, the attempt fails and is retried.
     await manager.query(`select set_config('lock_timeout', $1, true)`, [`${COMPLETION_LOCK_TIMEOUT_MS}ms`]);

@@ -11,6 +11,7 @@ import { JobQueueEvents } from '../events/job-queue-events';
 import { QueueEventAudience } from '../events/queue-event-audience';
 import { JobClsContext } from '../peers/job-cls-context';
 import { JobQueueService } from '../service/job-queue.service';
+import { JobFlows } from '../service/job-flows';
 import { LocalStart } from '../service/local-start';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { Executor } from './executor';
@@ -61,13 +62,14 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     private readonly events: JobQueueEvents,
     private readonly membership: WorkerMembership,
     private readonly audience: QueueEventAudience,
+    flows: JobFlows,
   ) {
     this.events$ = events.events$;
     this.state = new WorkerState(this.createBatcher(membership.workerId));
     const addJob = ((identifier, ...args) => jobs.add(identifier, ...args)) as JobContext['addJob'];
     const launch = (job: Parameters<Executor['launch']>[0]) => this.executor.launch(job);
     const parts = { state: this.state, membership, db, options, tasks, events, audience };
-    this.executor = new Executor(parts, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms));
+    this.executor = new Executor(parts, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms), flows);
     this.producer = new Producer(parts, launch);
     this.localSlots = new LocalSlots(parts, this.producer, launch, () => this.ownScope);
     membership.attach({

@@ -1,5 +1,6 @@
 import type { Job } from '../core/job';
 import { JobQueueError } from '../core/errors';
+import type { ValidJob } from '../core/validate-job-spec';
 
 /**
  * A handler that has not settled this long after its signal was aborted (a timeout, the
@@ -30,6 +31,9 @@ export class RunningJob {
   private lastProgressWrite = -Infinity;
   private progressTimer?: NodeJS.Timeout;
   private readonly timers: NodeJS.Timeout[] = [];
+
+  /** The job's next in its chain (ctx.continueWith), written with its completion. */
+  continuation?: ValidJob;
 
   constructor(readonly job: Job) {}
 

@@ -1,0 +1,201 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { JobQueueError } from '../core/errors';
+import { orderFlowSteps, type AddedFlow, type DependencyResult, type Flow, type FlowEdge, type FlowState, type FlowStep } from '../core/flow-steps';
+import { toJob, type Job, type JobRow, type JobSpec } from '../core/job';
+import { toJsonText } from '../core/json';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { toTraceColumns, traceValues } from '../core/trace-context';
+import { validateJobIds, type ValidJob } from '../core/validate-job-spec';
+import { JobQueueDatabase } from '../db/job-queue-database';
+import { AmbientTransaction } from '../peers/ambient-transaction';
+import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
+import { addedJobs, type AddedRow } from './added-jobs';
+import { checkManager } from './check-manager';
+import { JobSpecValidator } from './job-spec-validator';
+import { JobWaiter, type WaitRead } from './job-waiter';
+
+/** waitForFlow() ended without results: JQ_FLOW_FAILED (naming the failed refs) or JQ_FLOW_CANCELLED, with the flow as it ended. */
+export class FlowEndedError extends JobQueueError {
+  constructor(
+    code: 'JQ_FLOW_FAILED' | 'JQ_FLOW_CANCELLED',
+    detail: string,
+    readonly flow: Flow,
+  ) {
+    super(code, detail);
+  }
+}
+
+/** A row of sql dependencyResults. */
+interface DependencyRow {
+  ref: string;
+  policy: FlowEdge['policy'];
+  state: DependencyResult['state'] | null;
+  result: unknown;
+  error: string | null;
+}
+
+/**
+ * Flows for JobQueueService (addFlow, getFlow, waitForFlow, cancelFlow, completeJobs) and for
+ * the worker's handlers (ctx.dependencyResults, ctx.continueWith). The rules themselves live
+ * in the database (sql/flows.ts; the trigger and functions of migration Flows1764300000000),
+ * so that every statement that finishes a flow's job settles its dependents, whoever runs it.
+ */
+@Injectable()
+export class JobFlows {
+  constructor(
+    private readonly db: JobQueueDatabase,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
+    private readonly specs: JobSpecValidator,
+    private readonly telemetry: JobQueueTelemetry,
+    private readonly ambient: AmbientTransaction,
+    private readonly waiter: JobWaiter,
+  ) {}
+
+  async add(steps: readonly FlowStep[], options: { manager?: EntityManager } = {}): Promise<AddedFlow> {
+    const manager = options?.manager ?? this.ambient.manager();
+    checkManager(manager, this.db.dataSource);
+    const ordered = orderFlowSteps(steps);
+    const jobs = ordered.map((step) => {
+      const { ref: _ref, identifier, payload, dependsOn: _dependsOn, onDependencyFailure: _policy, ...spec } = step;
+      try {
+        return this.specs.validate(identifier, payload, spec);
+      } catch (error) {
+        JobQueueError.rethrowAt(`addFlow, step '${step.ref}'`, error);
+      }
+    });
+    const json = `[${ordered.map((step, index) => stepJson(step, jobs[index])).join(',')}]`;
+    const byRef: Record<string, Job> = {};
+    await this.telemetry.traceAdd(jobs, 'addFlow', async (carrier) => {
+      const trace = toTraceColumns(carrier);
+      const rows = await this.db.run<AddedRow & { ref: string; blocked: boolean }>('addFlow', [json, ...traceValues(trace)], manager);
+      const added = addedJobs(jobs, rows, trace);
+      const flowId = rows.reduce((min, row) => (BigInt(row.id) < BigInt(min) ? row.id : min), rows[0].id);
+      rows.forEach((row, index) => {
+        const job = added[index];
+        byRef[row.ref] = row.blocked ? { ...job, state: 'blocked', flowId, flowRef: row.ref, runAt: jobs[index].runAt ?? job.createdAt } : { ...job, flowId, flowRef: row.ref };
+      });
+      return added;
+    });
+    const flowId = Object.values(byRef).reduce((min, job) => (BigInt(job.id) < BigInt(min) ? job.id : min), Object.values(byRef)[0].id);
+    return { flowId, jobs: byRef };
+  }
+
+  /** The flow with this id (a job added alone is a flow of its own), or null. */
+  async get(id: string): Promise<Flow | null> {
+    const [flowId] = validateJobIds([id]);
+    const [[row], ids] = await Promise.all([
+      this.db.run<{ state: FlowState }>('getFlow', [flowId]),
+      this.db.run<{ id: string }>('getFlowJobIds', [flowId]),
+    ]);
+    if (!row && ids.length === 0) return null;
+    const jobs = await this.jobsById(ids.map((r) => r.id));
+    const edges = row ? (await this.db.run<EdgeRow>('getFlowEdges', [flowId])).map(toEdge) : [];
+    const state = row?.state ?? (jobs.some((job) => job.finishedAt === null) ? 'running' : ((jobs[jobs.length - 1]?.state ?? 'completed') as FlowState));
+    return { flowId, state, jobs, edges };
+  }
+
+  /** Resolves with each ref's result (a chain's last job's) once the flow completed; see JobQueueService.waitForFlow. */
+  wait(id: string, timeoutMs: number | undefined): Promise<Record<string, unknown>> {
+    const [flowId] = validateJobIds([id]);
+    const read = async (): Promise<WaitRead<Record<string, unknown>>> => {
+      const flow = await this.get(flowId);
+      if (!flow) return { error: new JobQueueError('JQ_FLOW_NOT_FOUND', `flow ${flowId} does not exist (or its retention is over)`) };
+      if (flow.state === 'running') return undefined;
+      if (flow.state === 'completed') return { value: resultsByRef(flow) };
+      const ended = flow.jobs.filter((job) => job.state === 'failed' || job.state === 'cancelled').map((job) => job.flowRef ?? job.id);
+      const refs = [...new Set(ended)].join(', ');
+      return flow.state === 'failed'
+        ? { error: new FlowEndedError('JQ_FLOW_FAILED', `flow ${flowId} failed: ${refs}`, flow) }
+        : { error: new FlowEndedError('JQ_FLOW_CANCELLED', `flow ${flowId} was cancelled: ${refs}`, flow) };
+    };
+    return this.waiter.waitUntil(flowId, `flow ${flowId}`, read, timeoutMs);
+  }
+
+  /** Cancels every unfinished job of the flow; see JobQueueService.cancelFlow. */
+  async cancel(id: string, reason: string | null): Promise<Flow> {
+    const [flowId] = validateJobIds([id]);
+    await this.db.run('cancelFlow', [flowId, reason]);
+    const flow = await this.get(flowId);
+    if (!flow) throw new JobQueueError('JQ_FLOW_NOT_FOUND', `flow ${flowId} does not exist`);
+    return flow;
+  }
+
+  /** Completes jobs no worker holds, with `result`; see JobQueueService.completeJobs. */
+  async complete(ids: string[], options: { result?: unknown; manager?: EntityManager }): Promise<Job[]> {
+    const jobIds = validateJobIds(ids);
+    const { result, manager = this.ambient.manager() } = options ?? {};
+    checkManager(manager, this.db.dataSource);
+    const resultJson = toJsonText(result, 'completeJobs: result', this.options.maxJsonBytes, { notJson: 'JQ_RESULT_NOT_JSON', tooLarge: 'JQ_RESULT_TOO_LARGE' }, 'null');
+    let rows: Array<{ id: string }>;
+    try {
+      rows = await this.db.run<{ id: string }>('completeJobsWithResult', [jobIds, resultJson === 'null' ? null : resultJson], manager);
+    } catch (error) {
+      const message = (error as { message?: string }).message ?? '';
+      if (message.startsWith('JQ_JOB_RUNNING: ')) throw new JobQueueError('JQ_JOB_RUNNING', message.slice('JQ_JOB_RUNNING: '.length));
+      throw error;
+    }
+    return this.jobsById(rows.map((row) => row.id), manager);
+  }
+
+  /** A handler's `ctx.dependencyResults()`: its direct dependencies by ref, as they ended (a failure it ignores left out). */
+  async dependencyResults(jobId: string): Promise<Record<string, DependencyResult>> {
+    const rows = await this.db.run<DependencyRow>('dependencyResults', [jobId]);
+    const results: Record<string, DependencyResult> = {};
+    for (const row of rows) {
+      if (row.state === null || (row.policy === 'ignore' && row.state !== 'completed')) continue;
+      results[row.ref] = row.state === 'completed' ? { state: row.state, result: row.result ?? undefined } : { state: row.state, error: row.error ?? undefined };
+    }
+    return results;
+  }
+
+  /** `ctx.continueWith()`'s job, checked when called: a flow's jobs take no jobKey. */
+  continuation(identifier: string, payload: unknown, spec: Omit<JobSpec, 'manager'> = {}): ValidJob {
+    if (spec && ('jobKey' in spec || 'jobKeyMode' in spec)) throw new JobQueueError('JQ_INVALID_FLOW', `continueWith('${identifier}'): a flow's jobs take no jobKey`);
+    return this.specs.validate(identifier, payload, spec ?? {});
+  }
+
+  /** Adds `next`, the continuation of job `jobId` held by `workerId`, in the transaction of `manager` that completes the job. False if the worker lost the job. */
+  async continueJob(manager: EntityManager, workerId: string, jobId: string, next: ValidJob): Promise<boolean> {
+    const values = [jobId, workerId, next.identifier, next.payloadJson, next.queueName, next.runAt, next.maxAttempts, next.priority, next.flags];
+    return (await this.db.run('continueJob', values, manager)).length === 1;
+  }
+
+  private async jobsById(ids: string[], manager?: EntityManager): Promise<Job[]> {
+    if (ids.length === 0) return [];
+    const byId = new Map<string, Job>();
+    for (const row of await this.db.run<JobRow>('getJobs', [ids], manager)) {
+      const job = toJob(row);
+      if (!byId.has(job.id) || job.finishedAt) byId.set(job.id, job); // caught moving between tables: the finished row tells the end
+    }
+    return [...byId.values()].sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+  }
+}
+
+interface EdgeRow {
+  job_id: string;
+  dependency_ref: string;
+  dependency_id: string;
+  policy: FlowEdge['policy'];
+  state: FlowEdge['state'];
+}
+
+const toEdge = (row: EdgeRow): FlowEdge => ({ jobId: row.job_id, dependencyRef: row.dependency_ref, dependencyId: row.dependency_id, policy: row.policy, state: row.state });
+
+/** Each ref's result: its chain's last job's (a job added alone is keyed by its flow's id). */
+function resultsByRef(flow: Flow): Record<string, unknown> {
+  const results: Record<string, unknown> = {};
+  for (const job of flow.jobs) results[job.flowRef ?? flow.flowId] = job.result;
+  return results;
+}
+
+/** One step as add_flow() reads it: the checked job's fields, the payload as its JSON text. */
+function stepJson(step: FlowStep, job: ValidJob): string {
+  const fields: Record<string, unknown> = { ref: step.ref, identifier: job.identifier, dependsOn: step.dependsOn, onDependencyFailure: step.onDependencyFailure ?? 'fail' };
+  if (job.queueName !== null) fields.queueName = job.queueName;
+  if (job.runAt !== null) fields.runAt = job.runAt.toISOString();
+  if (job.priority !== null) fields.priority = job.priority;
+  if (job.maxAttempts !== null) fields.maxAttempts = job.maxAttempts;
+  if (job.flags !== null) fields.flags = job.flags;
+  return `${JSON.stringify(fields).slice(0, -1)},"payload":${job.payloadJson}}`;
+}

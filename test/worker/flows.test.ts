@@ -1,0 +1,210 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
+import { FlowEndedError, PermanentJobError, Task, type JobContext } from '../../libs/job-queue/src';
+import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
+import { waitFor } from '../support/wait';
+
+/** What each handler saw, by the ref of its job: the test asserts on this after the fact, never inside a handler. */
+const seen = new Map<string, { attempts: number; dependencies: unknown; startedAfter: string[] }>();
+/** Refs whose handler ran, in start order (a job's ref, once per attempt). */
+const runs: string[] = [];
+/** Refs whose handler must fail for good. */
+const failing = new Set<string>();
+/** Refs whose handler continues its chain with 'step' (payload { ref, left }). */
+const held = new Map<string, () => void>();
+
+@Injectable()
+class FlowTasks {
+  @Task('step', { retryDelay: () => 0 })
+  async step(payload: { ref: string; left?: number }, ctx: JobContext) {
+    const ref = ctx.job.flowRef ?? payload.ref;
+    runs.push(ref);
+    seen.set(ref, { attempts: ctx.job.attempts, dependencies: await ctx.dependencyResults(), startedAfter: [...runs] });
+    if (held.has(ref)) await new Promise<void>((resolve, reject) => {
+      held.set(ref, resolve);
+      ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason));
+    });
+    if (failing.has(ref)) throw new PermanentJobError(`${ref} failed`);
+    if (payload.left !== undefined && payload.left > 0) ctx.continueWith('step', { ref, left: payload.left - 1 });
+    return { ref, left: payload.left ?? null };
+  }
+
+  /** Continues its chain, then throws: the continuation must not exist. */
+  @Task('continue_then_fail', { maxAttempts: 1 })
+  async continueThenFail(_payload: unknown, ctx: JobContext) {
+    ctx.continueWith('step', { ref: 'never' });
+    throw new Error('failed after continueWith');
+  }
+}
+
+describe('flows: jobs that wait for jobs', () => {
+  let c: TestAppContext;
+
+  before(async () => {
+    c = await openTestApp('flows', { providers: [FlowTasks], jobQueue: { pollInterval: 100, concurrency: 4 } });
+  });
+  after(() => closeTestApp(c));
+  beforeEach(() => {
+    seen.clear();
+    runs.length = 0;
+    failing.clear();
+    held.clear();
+  });
+
+  const step = (ref: string, dependsOn: string[] = [], extra: object = {}) => ({ ref, identifier: 'step', payload: { ref }, dependsOn, ...extra });
+
+  it('a diamond: the join starts only after both branches, sees their results, and every job runs once', async () => {
+    const flow = await c.t.jobs.addFlow([step('join', ['left', 'right']), step('left', ['root']), step('right', ['root']), step('root')]);
+    assert.equal(flow.jobs.root.state, 'waiting');
+    assert.equal(flow.jobs.join.state, 'blocked');
+    assert.equal(flow.flowId, flow.jobs.join.flowId);
+    const results = await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
+    assert.deepEqual(results, { root: { ref: 'root', left: null }, left: { ref: 'left', left: null }, right: { ref: 'right', left: null }, join: { ref: 'join', left: null } });
+    assert.deepEqual([...runs].sort(), ['join', 'left', 'right', 'root']);
+    assert.equal(runs[0], 'root');
+    assert.equal(runs[3], 'join', 'the join ran last');
+    assert.deepEqual(seen.get('join')!.dependencies, {
+      left: { state: 'completed', result: { ref: 'left', left: null } },
+      right: { state: 'completed', result: { ref: 'right', left: null } },
+    });
+    const read = await c.t.jobs.getFlow(flow.flowId);
+    assert.equal(read?.state, 'completed');
+    assert.equal(read?.jobs.length, 4);
+    assert.equal(read?.edges.length, 4);
+  });
+
+  it("policy 'fail': the dependent fails with JQ_DEPENDENCY_FAILED, down the graph, and waitForFlow names the failed refs", async () => {
+    failing.add('a');
+    const flow = await c.t.jobs.addFlow([step('a'), step('b', ['a']), step('c', ['b'])]);
+    const error = await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }).then(() => null, (e: unknown) => e);
+    assert.ok(error instanceof FlowEndedError, String(error));
+    assert.equal(error.code, 'JQ_FLOW_FAILED');
+    assert.match(error.message, /a/);
+    const b = await c.t.jobs.getJob(flow.jobs.b.id);
+    const cJob = await c.t.jobs.getJob(flow.jobs.c.id);
+    assert.equal(b?.state, 'failed');
+    assert.match(b?.lastError ?? '', /^JQ_DEPENDENCY_FAILED: a failed/);
+    assert.equal(cJob?.state, 'failed');
+    assert.match(cJob?.lastError ?? '', /^JQ_DEPENDENCY_FAILED: b failed/);
+    assert.deepEqual(runs, ['a'], 'b and c never ran');
+  });
+
+  it("policy 'ignore': the dependent runs as if the dependency had completed, and does not see it", async () => {
+    failing.add('a');
+    const flow = await c.t.jobs.addFlow([step('a'), step('ok'), step('b', ['a', 'ok'], { onDependencyFailure: 'ignore' })]);
+    const results = await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
+    assert.deepEqual(results.b, { ref: 'b', left: null });
+    assert.deepEqual(seen.get('b')!.dependencies, { ok: { state: 'completed', result: { ref: 'ok', left: null } } });
+    assert.equal((await c.t.jobs.getFlow(flow.flowId))?.state, 'completed', 'a failure taken in its stride does not fail the flow');
+  });
+
+  it("policy 'continue': the dependent runs once all dependencies ended, and sees the failure", async () => {
+    failing.add('a');
+    const flow = await c.t.jobs.addFlow([step('a'), step('b', ['a'], { onDependencyFailure: 'continue' })]);
+    await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
+    assert.deepEqual(seen.get('b')!.dependencies, { a: { state: 'failed', error: 'JQ_JOB_FAILED_FOR_GOOD: a failed' } });
+  });
+
+  it('addFlow in a rolled-back transaction leaves nothing', async () => {
+    const before = await c.sql.query(`select (select count(*) from job_queue.jobs) + (select count(*) from job_queue.blocked_jobs) + (select count(*) from job_queue.flows) + (select count(*) from job_queue.job_dependencies) as n`);
+    await assert.rejects(
+      c.t.dataSource.transaction(async (manager) => {
+        await c.t.jobs.addFlow([step('x'), step('y', ['x'])], { manager });
+        throw new Error('rolled back');
+      }),
+      /rolled back/,
+    );
+    const afterRows = await c.sql.query(`select (select count(*) from job_queue.jobs) + (select count(*) from job_queue.blocked_jobs) + (select count(*) from job_queue.flows) + (select count(*) from job_queue.job_dependencies) as n`);
+    assert.equal(afterRows.rows[0].n, before.rows[0].n);
+  });
+
+  it('bad flows are refused with JQ_INVALID_FLOW before anything is written, a cycle named', async () => {
+    const count = async () => Number((await c.sql.query('select count(*) as n from job_queue.flows')).rows[0].n);
+    const flows = await count();
+    const cases: Array<[unknown, RegExp]> = [
+      [[], /at least one step/],
+      [[step('a'), step('a')], /'a' is used by two steps/],
+      [[step('a', ['nope'])], /depends on 'nope', which is no step/],
+      [[step('a', ['c']), step('b', ['a']), step('c', ['b'])], /cycle: a → c → b → a/],
+      [Array.from({ length: 10_001 }, (_, i) => step(`s${i}`)), /at most 10000 steps/],
+      [[{ ...step('a'), jobKey: 'k' }], /take no jobKey/],
+      [[step('a', [], { onDependencyFailure: 'maybe' })], /onDependencyFailure/],
+    ];
+    for (const [steps, message] of cases) {
+      await assert.rejects(c.t.jobs.addFlow(steps as never), (error: { code?: string; message: string }) => {
+        assert.equal(error.code, 'JQ_INVALID_FLOW', error.message);
+        assert.match(error.message, message);
+        return true;
+      });
+    }
+    await assert.rejects(c.t.jobs.addFlow([{ ref: 'a', identifier: 'nobody_runs_this' }] as never), { code: 'JQ_UNKNOWN_TASK' });
+    assert.equal(await count(), flows, 'no flow was written');
+  });
+
+  it('a chain: continueWith adds the next job, dependents wait for the end of the chain and get its result', async () => {
+    const flow = await c.t.jobs.addFlow([{ ref: 'chain', identifier: 'step', payload: { ref: 'chain', left: 2 } }, step('after', ['chain'])]);
+    const results = await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
+    assert.deepEqual(results.chain, { ref: 'chain', left: 0 }, "the chain's result is its last job's");
+    assert.deepEqual(seen.get('after')!.dependencies, { chain: { state: 'completed', result: { ref: 'chain', left: 0 } } });
+    assert.deepEqual(runs, ['chain', 'chain', 'chain', 'after']);
+    const read = await c.t.jobs.getFlow(flow.flowId);
+    assert.equal(read?.jobs.length, 4);
+    assert.ok(read?.jobs.every((job) => job.flowId === flow.flowId));
+  });
+
+  it('a job added alone is a flow of its own; its chain is waited for by waitForFlow', async () => {
+    const job = await c.t.jobs.add('step', { ref: 'alone', left: 1 });
+    assert.equal(job.flowId, job.id);
+    const results = await c.t.jobs.waitForFlow(job.id, { timeout: 30_000 });
+    assert.deepEqual(results, { [job.id]: { ref: 'alone', left: 0 } });
+    assert.equal(runs.length, 2);
+  });
+
+  it('continueWith in an attempt that fails leaves no continuation', async () => {
+    const job = await c.t.jobs.add('continue_then_fail', {});
+    await assert.rejects(c.t.jobs.waitForJob(job.id, { timeout: 30_000 }), { code: 'JQ_JOB_FAILED' });
+    const rows = await c.sql.query(`select count(*)::int as n from job_queue.jobs where flow_id = $1 or task_identifier = 'step'`, [job.id]);
+    assert.equal(rows.rows[0].n, 0);
+    assert.equal(runs.length, 0, 'no step ran');
+  });
+
+  it('cancelFlow cancels blocked, waiting and running jobs (the running handler aborted)', async () => {
+    held.set('slow', () => undefined);
+    const flow = await c.t.jobs.addFlow([step('slow'), step('next', ['slow']), step('last', ['next'])]);
+    await waitFor('slow started', () => runs.includes('slow'));
+    const cancelled = await c.t.jobs.cancelFlow(flow.flowId, 'stop');
+    assert.equal(cancelled.jobs.find((j) => j.flowRef === 'next')?.state, 'cancelled');
+    await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_CANCELLED' });
+    const states = (await c.t.jobs.getFlow(flow.flowId))!.jobs.map((job) => [job.flowRef, job.state]);
+    assert.deepEqual(states, [['slow', 'cancelled'], ['next', 'cancelled'], ['last', 'cancelled']]);
+    assert.deepEqual(runs, ['slow']);
+  });
+
+  it('retryJobs on a failed job puts its dependency-failed dependents back to blocked, and the flow runs to the end', async () => {
+    failing.add('a');
+    const flow = await c.t.jobs.addFlow([step('a'), step('b', ['a']), step('c', ['b'])]);
+    await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_FAILED' });
+    failing.clear();
+    const [retried] = await c.t.jobs.retryJobs([flow.jobs.a.id]);
+    assert.equal(retried.id, flow.jobs.a.id);
+    const results = await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
+    assert.deepEqual(Object.keys(results).sort(), ['a', 'b', 'c']);
+    assert.deepEqual(runs, ['a', 'a', 'b', 'c']);
+  });
+
+  it('completeJobs completes a job from outside with a result: its dependents unblock and see it; a held job is refused', async () => {
+    const flow = await c.t.jobs.addFlow([{ ref: 'approval', identifier: 'step', payload: { ref: 'approval' }, runAt: new Date(Date.now() + 3_600_000) }, step('ship', ['approval'])]);
+    const [approved] = await c.t.dataSource.transaction((manager) => c.t.jobs.completeJobs([flow.jobs.approval.id], { result: { approvedBy: 'ann' }, manager }));
+    assert.equal(approved.state, 'completed');
+    await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
+    assert.deepEqual(seen.get('ship')!.dependencies, { approval: { state: 'completed', result: { approvedBy: 'ann' } } });
+    held.set('busy', () => undefined);
+    const busy = await c.t.jobs.add('step', { ref: 'busy' });
+    await waitFor('busy started', () => runs.includes('busy'));
+    await assert.rejects(c.t.jobs.completeJobs([busy.id], { result: 1 }), { code: 'JQ_JOB_RUNNING' });
+    assert.equal((await c.t.jobs.getJob(busy.id))?.state, 'running');
+    held.get('busy')!();
+    await c.t.jobs.waitForJob(busy.id, { timeout: 30_000 });
+  });
+});
