@@ -18,7 +18,8 @@
  * table: job_id, pid, attempt, through ctx.manager, records `wrote`, then waits for `handler_go`
  * like `ignore-cancel`, records `returned` and returns `{ pid }`); with CRON=1 also
  * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
- * the job id and the pid into the test's `ticks` table.
+ * the job id and the pid into the test's `ticks` table; `flow-step` records a flow's step in
+ * the test's `flow_runs` table (see the task).
  * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
  * ADD_AT_START (`{"identifier", "payload"}`: once ready, the process adds that job itself and
  * prints `added <id> <state>`: a job its own worker may start at its add, localStart),
@@ -136,6 +137,23 @@ class ProcessTasks {
 
   private async event(ctx: JobContext, event: string, code: string | null = null) {
     await this.dataSource.query('insert into handler_events (job_id, pid, event, code) values ($1, $2, $3, $4)', [ctx.job.id, process.pid, event, code]);
+  }
+
+  /**
+   * A flow's step: records its start (clock_timestamp, the dependencies it reads) in the test's
+   * `flow_runs` table (job_id, flow_id, ref, pid, attempt, dependencies jsonb, started_at,
+   * ended_at), naps `ms`, records its end, and returns `{ ref, pid }`.
+   */
+  @Task('flow-step', { retryDelay: () => 10 })
+  async flowStep(payload: { ms?: number }, ctx: JobContext) {
+    const dependencies = await ctx.dependencyResults();
+    await this.dataSource.query(
+      'insert into flow_runs (job_id, flow_id, ref, pid, attempt, dependencies, started_at) values ($1, $2, $3, $4, $5, $6, clock_timestamp())',
+      [ctx.job.id, ctx.job.flowId, ctx.job.flowRef, process.pid, ctx.job.attempts, JSON.stringify(dependencies)],
+    );
+    await new Promise((resolve) => setTimeout(resolve, payload.ms ?? 0));
+    await this.dataSource.query('update flow_runs set ended_at = clock_timestamp() where job_id = $1 and attempt = $2', [ctx.job.id, ctx.job.attempts]);
+    return { ref: ctx.job.flowRef, pid: process.pid };
   }
 
   @Task('sleep')
