@@ -100,13 +100,15 @@ describe('job keys and admin functions', () => {
     assert.deepEqual(left.map((r) => [r.id, r.key, r.locked_by]), [[held.id, 'held', 'other-worker']]);
   });
 
-  it('completeJobs, permanentlyFailJobs and rescheduleJobs skip locked jobs', async () => {
+  it('completeJobs refuses a locked job (JQ_JOB_RUNNING, nothing written); permanentlyFailJobs and rescheduleJobs skip it', async () => {
     const [a, b, c, d] = await t.jobs.addMany(['a', 'b', 'c', 'd'].map((identifier) => ({ identifier })));
     await lock(d.id);
     const before = (await rows()).find((r) => r.id === d.id);
 
     // both return the jobs as they ended, moved to finished_jobs
-    const completed = await t.jobs.completeJobs([a.id, d.id]);
+    await assert.rejects(t.jobs.completeJobs([a.id, d.id]), { code: 'JQ_JOB_RUNNING' });
+    assert.equal((await t.jobs.getJob(a.id))?.state, 'waiting', 'a refused call completes none of its jobs');
+    const completed = await t.jobs.completeJobs([a.id]);
     assert.deepEqual(completed.map((j) => [j.id, j.state, j.lastError]), [[a.id, 'completed', null]]);
     const failed = await t.jobs.permanentlyFailJobs([b.id, d.id], 'given up');
     assert.deepEqual(failed.map((j) => [j.id, j.state, j.lastError, j.attempts, j.maxAttempts]), [[b.id, 'failed', 'given up', 0, 25]]);

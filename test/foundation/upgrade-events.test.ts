@@ -44,7 +44,7 @@ describe('upgrading to migration 6 while workers of the previous version run', (
     // the new code starts beside it, migrates, and listens to completions from its start
     const { logger, logs } = warningsLogger();
     t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks, Completions], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
-    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION]);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, 'Flows1764300000000']);
     assert.equal((await q('select 1 from job_queue.event_listeners where expires_at > now()')).length, 1, 'the new app listens');
 
     const after = [

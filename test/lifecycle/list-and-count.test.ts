@@ -6,7 +6,7 @@ import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { planNodes, type PlanNode } from '../support/plan';
 
-const STATES: JobState[] = ['waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
+const STATES: JobState[] = ['blocked', 'waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
 const FINISHED: JobState[] = ['completed', 'failed', 'cancelled'];
 const TASKS = ['a', 'b'];
 const QUEUES = [null, 'q1', 'q2'];

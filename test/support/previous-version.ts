@@ -28,6 +28,8 @@ export const LIFECYCLE_VERSION = '38ce51d';
 export const OPERATIONS_VERSION = 'f2489f6';
 /** The last commit before migration EventListeners1764200000000 (it also has ClaimByQueueHeads1764100000000). */
 export const QUEUE_HEADS_VERSION = '6521d3b';
+/** The last commit before migration Flows1764300000000 (it also has EventListeners1764200000000). */
+export const EVENTS_VERSION = '9ca3c3e';
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
 const fixtures = join(root, 'test', 'fixtures');

@@ -6,7 +6,7 @@ import { JobQueueEvents } from '../events/job-queue-events';
 import { QueueEventAudience } from '../events/queue-event-audience';
 import { finishLeftovers } from './finisher';
 import { deleteExpiredJobs } from './history-cleaner';
-import { sweepFlows } from './flow-sweeper';
+import { deleteFinishedFlows, sweepFlows } from './flow-sweeper';
 import { JobsVacuum } from './jobs-vacuum';
 import { deleteIdleQueues } from './queue-cleaner';
 import { rescueDeadWorkers } from './rescuer';
@@ -107,13 +107,14 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       if (this.leader !== wasLeader) {
         this.logger.log(this.leader ? `${this.pinned.workerId} is the maintenance leader` : `${this.pinned.workerId} is no longer the maintenance leader`);
       }
+      await sweepFlows(this.pinned, workerTimeout);
       if (!this.leader) return;
       // current(), not fresh(): the read would take a pool connection, which handlers may all hold
       await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger, this.audience.current());
       await finishLeftovers(this.pinned);
       // Half a round at most, so that the lease is renewed on time behind a big backlog.
       await deleteExpiredJobs(this.pinned, this.options.retention, this.options.heartbeatInterval / 2);
-      await sweepFlows(this.pinned, this.options.retention, workerTimeout);
+      await deleteFinishedFlows(this.pinned, this.options.retention);
       if (everything || Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
         await deleteIdleQueues(this.pinned);
         this.lastQueueCleanup = Date.now();
