@@ -52,6 +52,16 @@ describe('listJobs and countJobs', () => {
       }
       known.push({ id, state, task, queue });
     }
+    // flows: a waiting root and a blocked step each (blocked jobs live in blocked_jobs)
+    for (let i = 0; i < 6; i++) {
+      const task = TASKS[i % 2];
+      const queue = QUEUES[i % 3];
+      const flow = await t.jobs.addFlow([
+        { ref: 'root', identifier: task, queueName: queue ?? undefined },
+        { ref: 'step', identifier: TASKS[(i + 1) % 2], queueName: queue ?? undefined, dependsOn: ['root'] },
+      ]);
+      known.push({ id: flow.jobs.root.id, state: 'waiting', task, queue }, { id: flow.jobs.step.id, state: 'blocked', task: TASKS[(i + 1) % 2], queue });
+    }
     for (let i = 0; i < 40; i++) {
       const state = FINISHED[(i * 7) % 3];
       const task = TASKS[(i >> 1) % 2];
@@ -68,13 +78,13 @@ describe('listJobs and countJobs', () => {
   });
   after(() => closeTestApp({ db, sql, t }));
 
-  /** The ids listJobs must return, in order, by the rows themselves: unfinished newest first, then finished last-finished first. */
+  /** The ids listJobs must return, in order, by the rows themselves: unfinished (jobs and blocked jobs) newest first, then finished last-finished first. */
   async function expectedIds(options: ListJobsOptions): Promise<string[]> {
     const matching = known.filter(
       (j) => (!options.state || j.state === options.state) && (!options.task || j.task === options.task) && (options.queue === undefined || j.queue === options.queue),
     );
     const ids = new Set(matching.map((j) => j.id));
-    const active = (await sql.query('select j.id::text from job_queue.jobs j order by j.id desc')).rows.map((r) => r.id);
+    const active = (await sql.query('select u.id::text from (select id from job_queue.jobs union all select id from job_queue.blocked_jobs) u order by u.id desc')).rows.map((r) => r.id);
     const finished = (await sql.query('select f.id::text from job_queue.finished_jobs f order by f.finished_at desc, f.id desc')).rows.map((r) => r.id);
     return [...active, ...finished].filter((id) => ids.has(id));
   }
@@ -110,7 +120,7 @@ describe('listJobs and countJobs', () => {
     // without a state: the unfinished jobs first, then the finished ones
     const { jobs } = await t.jobs.listJobs({ limit: 1000 });
     const firstFinished = jobs.findIndex((job) => FINISHED.includes(job.state));
-    assert.equal(firstFinished, 35);
+    assert.equal(firstFinished, 47, '35 jobs and 12 of flows');
     assert.ok(jobs.slice(firstFinished).every((job) => FINISHED.includes(job.state)));
   });
 

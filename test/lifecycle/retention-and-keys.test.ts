@@ -30,7 +30,7 @@ class Tasks {
   }
 }
 
-const STATES: JobState[] = ['waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
+const STATES: JobState[] = ['blocked', 'waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
 
 /** Inserts `count` finished jobs of task `task` in `state` that finished `ago` (an interval) ago, as history a run left; returns their ids. */
 async function insertHistory(sql: Queryable, state: JobState, ago: string, count: number, task = 'history'): Promise<string[]> {

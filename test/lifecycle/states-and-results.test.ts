@@ -6,7 +6,7 @@ import { Task, type JobContext, type JobQueueEvent, type JobState } from '../../
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { waitFor, waitForValue } from '../support/wait';
 
-const STATES: JobState[] = ['waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
+const STATES: JobState[] = ['blocked', 'waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
 const HOUR_MS = 3_600_000;
 /** The app's maxJsonBytes: small, so that limits are cheap to reach. */
 const MAX_JSON_BYTES = 1_000;

@@ -107,7 +107,7 @@ describe('@OnJobEvent, @Task on controllers, forRoot() without options', () => {
     try {
       assert.equal(app.get(JobQueueWorker).status().running, true);
       const jobs = app.get(JobQueueService);
-      const none = { waiting: 0, scheduled: 0, running: 0, retrying: 0, completed: 0, failed: 0, cancelled: 0 };
+      const none = { blocked: 0, waiting: 0, scheduled: 0, running: 0, retrying: 0, completed: 0, failed: 0, cancelled: 0 };
       assert.deepEqual(await jobs.countJobs(), { byState: none, byTask: {}, byQueue: {} }, 'an empty queue');
       // a job of a task this app does not run, added from SQL, stays waiting: counted in every breakdown
       await app.get(DataSource).query(`select job_queue.add_job('elsewhere', queue_name => 'q')`);
