@@ -181,6 +181,18 @@ describe('flows: jobs that wait for jobs', () => {
     assert.deepEqual(runs, ['slow']);
   });
 
+  it("cancelJob of a blocked job cancels it, and its 'fail' dependents fail with JQ_DEPENDENCY_FAILED", async () => {
+    const flow = await c.t.jobs.addFlow([{ ref: 'later', identifier: 'step', payload: { ref: 'later' }, runAt: new Date(Date.now() + 3_600_000) }, step('mid', ['later']), step('end', ['mid'])]);
+    const cancelled = await c.t.jobs.cancelJob(flow.jobs.mid.id, 'not needed');
+    assert.equal(cancelled.state, 'cancelled');
+    const end = await c.t.jobs.getJob(flow.jobs.end.id);
+    assert.equal(end?.state, 'failed');
+    assert.equal(end?.lastError, 'JQ_DEPENDENCY_FAILED: mid was cancelled');
+    assert.equal((await c.t.jobs.getJob(flow.jobs.later.id))?.state, 'scheduled', 'the dependency itself is untouched');
+    await c.t.jobs.cancelFlow(flow.flowId);
+    assert.equal((await c.t.jobs.getFlow(flow.flowId))?.state, 'failed', 'a dependency failure decides the state over the later cancel');
+  });
+
   it('retryJobs on a failed job puts its dependency-failed dependents back to blocked, and the flow runs to the end', async () => {
     failing.add('a');
     const flow = await c.t.jobs.addFlow([step('a'), step('b', ['a']), step('c', ['b'])]);
