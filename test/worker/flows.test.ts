@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
-import { FlowEndedError, PermanentJobError, Task, type JobContext } from '../../libs/job-queue/src';
+import { FlowEndedError, PermanentJobError, Task, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
 import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
 import { waitFor } from '../support/wait';
 
@@ -11,8 +11,10 @@ const seen = new Map<string, { attempts: number; dependencies: unknown; startedA
 const runs: string[] = [];
 /** Refs whose handler must fail for good. */
 const failing = new Set<string>();
-/** Refs whose handler continues its chain with 'step' (payload { ref, left }). */
-const held = new Map<string, () => void>();
+/** Refs whose handler waits at a gate until the test opens it. */
+const held = new Set<string>();
+/** The gates of the held handlers that reached them, by ref. */
+const gates = new Map<string, () => void>();
 
 @Injectable()
 class FlowTasks {
@@ -22,12 +24,20 @@ class FlowTasks {
     runs.push(ref);
     seen.set(ref, { attempts: ctx.job.attempts, dependencies: await ctx.dependencyResults(), startedAfter: [...runs] });
     if (held.has(ref)) await new Promise<void>((resolve, reject) => {
-      held.set(ref, resolve);
+      gates.set(ref, resolve);
       ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason));
     });
     if (failing.has(ref)) throw new PermanentJobError(`${ref} failed`);
     if (payload.left !== undefined && payload.left > 0) ctx.continueWith('step', { ref, left: payload.left - 1 });
     return { ref, left: payload.left ?? null };
+  }
+
+  /** transaction: true: writes a row through ctx.manager and continues once; both commit with the completion. */
+  @Task('tx_chain', { transaction: true })
+  async txChain(payload: { n: number }, ctx: TransactionalJobContext) {
+    await ctx.manager.query('insert into chain_writes (job_id, n) values ($1, $2)', [ctx.job.id, payload.n]);
+    if (payload.n > 0) ctx.continueWith('tx_chain', { n: payload.n - 1 });
+    return { n: payload.n };
   }
 
   /** Continues its chain, then throws: the continuation must not exist. */
@@ -50,6 +60,7 @@ describe('flows: jobs that wait for jobs', () => {
     runs.length = 0;
     failing.clear();
     held.clear();
+    gates.clear();
   });
 
   const step = (ref: string, dependsOn: string[] = [], extra: object = {}) => ({ ref, identifier: 'step', payload: { ref }, dependsOn, ...extra });
@@ -161,6 +172,15 @@ describe('flows: jobs that wait for jobs', () => {
     assert.equal(runs.length, 2);
   });
 
+  it('a transactional task continues its chain in its own transaction: its writes, the continuation and the completion commit together', async () => {
+    await c.sql.query('create table if not exists chain_writes (job_id bigint primary key, n int not null)');
+    const job = await c.t.jobs.add('tx_chain', { n: 2 });
+    const results = await c.t.jobs.waitForFlow(job.id, { timeout: 30_000 });
+    assert.deepEqual(results, { [job.id]: { n: 0 } });
+    const { rows } = await c.sql.query('select w.n, f.flow_id::text from chain_writes w join job_queue.finished_jobs f on f.id = w.job_id order by w.n desc');
+    assert.deepEqual(rows, [2, 1, 0].map((n) => ({ n, flow_id: job.id })));
+  });
+
   it('continueWith in an attempt that fails leaves no continuation', async () => {
     const job = await c.t.jobs.add('continue_then_fail', {});
     await assert.rejects(c.t.jobs.waitForJob(job.id, { timeout: 30_000 }), { code: 'JQ_JOB_FAILED' });
@@ -170,9 +190,9 @@ describe('flows: jobs that wait for jobs', () => {
   });
 
   it('cancelFlow cancels blocked, waiting and running jobs (the running handler aborted)', async () => {
-    held.set('slow', () => undefined);
+    held.add('slow');
     const flow = await c.t.jobs.addFlow([step('slow'), step('next', ['slow']), step('last', ['next'])]);
-    await waitFor('slow started', () => runs.includes('slow'));
+    await waitFor('slow at its gate', () => gates.has('slow'));
     const cancelled = await c.t.jobs.cancelFlow(flow.flowId, 'stop');
     assert.equal(cancelled.jobs.find((j) => j.flowRef === 'next')?.state, 'cancelled');
     await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_CANCELLED' });
@@ -211,12 +231,12 @@ describe('flows: jobs that wait for jobs', () => {
     assert.equal(approved.state, 'completed');
     await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
     assert.deepEqual(seen.get('ship')!.dependencies, { approval: { state: 'completed', result: { approvedBy: 'ann' } } });
-    held.set('busy', () => undefined);
+    held.add('busy');
     const busy = await c.t.jobs.add('step', { ref: 'busy' });
-    await waitFor('busy started', () => runs.includes('busy'));
+    await waitFor('busy at its gate', () => gates.has('busy'));
     await assert.rejects(c.t.jobs.completeJobs([busy.id], { result: 1 }), { code: 'JQ_JOB_RUNNING' });
     assert.equal((await c.t.jobs.getJob(busy.id))?.state, 'running');
-    held.get('busy')!();
+    gates.get('busy')!();
     await c.t.jobs.waitForJob(busy.id, { timeout: 30_000 });
   });
 });

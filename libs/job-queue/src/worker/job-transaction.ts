@@ -24,7 +24,15 @@ export function runAttempt(
     dataSource,
     // Each field named: the worker's context is a class, whose signal getter a spread would not copy.
     (manager) =>
-      runJob(task, job, { signal: context.signal, addJob: addJobIn(manager, context.addJob), progress: context.progress, middleware: context.middleware, manager }),
+      runJob(task, job, {
+        signal: context.signal,
+        addJob: addJobIn(manager, context.addJob),
+        progress: context.progress,
+        dependencyResults: context.dependencyResults,
+        continueWith: context.continueWith,
+        middleware: context.middleware,
+        manager,
+      }),
     complete,
   );
 }
