@@ -33,6 +33,9 @@ export {
   JobQueueEntity,
   KnownCrontabEntity,
   WorkerEntity,
+  BlockedJobEntity,
+  JobDependencyEntity,
+  FlowEntity,
 } from './entities/job-queue-entities';
 export { createJobQueueMigrations, JobQueueMigrations } from './db/migrations';
 export { runJobQueueMigrations } from './db/run-migrations';

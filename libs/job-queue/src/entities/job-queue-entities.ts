@@ -25,6 +25,9 @@ abstract class JobColumns {
   @Column({ type: 'jsonb', nullable: true }) errors!: unknown[] | null;
   @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
   @Column({ name: 'started_at', type: 'timestamptz', nullable: true }) startedAt!: Date | null;
+  /** Its flow (addFlow's); null for a job added alone, whose flow is itself. */
+  @Column({ name: 'flow_id', type: 'bigint', nullable: true }) flowId!: string | null;
+  @Column({ name: 'flow_ref', type: 'text', nullable: true }) flowRef!: string | null;
 }
 
 export function createJobQueueEntities(schema = 'job_queue') {
@@ -79,7 +82,50 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @Column({ type: 'integer', nullable: true }) concurrency!: number | null;
   }
 
-  return { JobEntity, FinishedJobEntity, JobQueueEntity, KnownCrontabEntity, WorkerEntity };
+  /** A flow's jobs waiting for their dependencies (state `blocked`). */
+  @Entity({ schema, name: 'blocked_jobs', synchronize: false })
+  class BlockedJobEntity {
+    @PrimaryColumn({ type: 'bigint' }) id!: string;
+    @Column({ name: 'task_identifier', type: 'text' }) taskIdentifier!: string;
+    @Column({ name: 'queue_name', type: 'text', nullable: true }) queueName!: string | null;
+    @Column({ type: 'jsonb' }) payload!: unknown;
+    @Column({ type: 'smallint' }) priority!: number;
+    @Column({ name: 'run_at', type: 'timestamptz', nullable: true }) runAt!: Date | null;
+    @Column({ name: 'max_attempts', type: 'smallint' }) maxAttempts!: number;
+    @Column({ type: 'text', array: true }) flags!: string[];
+    @Column({ name: 'flow_id', type: 'bigint' }) flowId!: string;
+    @Column({ name: 'flow_ref', type: 'text', nullable: true }) flowRef!: string | null;
+    /** How many of its dependencies have not ended yet. */
+    @Column({ type: 'integer' }) pending!: number;
+    @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
+  }
+
+  /** One edge of a flow: job `jobId` waits for `dependencyId` (its step `dependencyRef`). */
+  @Entity({ schema, name: 'job_dependencies', synchronize: false })
+  class JobDependencyEntity {
+    @PrimaryColumn({ name: 'job_id', type: 'bigint' }) jobId!: string;
+    @PrimaryColumn({ name: 'dependency_ref', type: 'text' }) dependencyRef!: string;
+    @Column({ name: 'dependency_id', type: 'bigint' }) dependencyId!: string;
+    @Column({ name: 'flow_id', type: 'bigint' }) flowId!: string;
+    @Column({ type: 'text' }) policy!: 'fail' | 'ignore' | 'continue';
+    @Column({ type: 'text', nullable: true }) state!: 'completed' | 'failed' | 'cancelled' | null;
+    @Column({ type: 'jsonb', nullable: true }) result!: unknown;
+    @Column({ type: 'text', nullable: true }) error!: string | null;
+    @Column({ name: 'settled_at', type: 'timestamptz', nullable: true }) settledAt!: Date | null;
+  }
+
+  @Entity({ schema, name: 'flows', synchronize: false })
+  class FlowEntity {
+    @PrimaryColumn({ type: 'bigint' }) id!: string;
+    @Column({ type: 'text' }) state!: 'running' | 'completed' | 'failed' | 'cancelled';
+    /** How many of its jobs have not finished. */
+    @Column({ type: 'integer' }) unfinished!: number;
+    @Column({ name: 'created_at', type: 'timestamptz' }) createdAt!: Date;
+    @Column({ name: 'updated_at', type: 'timestamptz' }) updatedAt!: Date;
+    @Column({ name: 'finished_at', type: 'timestamptz', nullable: true }) finishedAt!: Date | null;
+  }
+
+  return { JobEntity, FinishedJobEntity, JobQueueEntity, KnownCrontabEntity, WorkerEntity, BlockedJobEntity, JobDependencyEntity, FlowEntity };
 }
 
 const defaultEntities = createJobQueueEntities();
@@ -94,5 +140,11 @@ export const KnownCrontabEntity = defaultEntities.KnownCrontabEntity;
 export type KnownCrontabEntity = InstanceType<typeof KnownCrontabEntity>;
 export const WorkerEntity = defaultEntities.WorkerEntity;
 export type WorkerEntity = InstanceType<typeof WorkerEntity>;
+export const BlockedJobEntity = defaultEntities.BlockedJobEntity;
+export type BlockedJobEntity = InstanceType<typeof BlockedJobEntity>;
+export const JobDependencyEntity = defaultEntities.JobDependencyEntity;
+export type JobDependencyEntity = InstanceType<typeof JobDependencyEntity>;
+export const FlowEntity = defaultEntities.FlowEntity;
+export type FlowEntity = InstanceType<typeof FlowEntity>;
 /** For `TypeOrmModule.forRoot({ entities: [...JobQueueEntities] })` or `forFeature(JobQueueEntities)`. */
 export const JobQueueEntities = Object.values(defaultEntities);
