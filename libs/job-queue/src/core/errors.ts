@@ -62,7 +62,17 @@ export type JobQueueErrorCode =
   | 'JQ_DUPLICATE_STEP'
   // the dashboard
   | 'JQ_DASHBOARD_UNGUARDED'
-  | 'JQ_INVALID_DASHBOARD_OPTIONS';
+  | 'JQ_INVALID_DASHBOARD_OPTIONS'
+  // the admin CLI (the bin nestjs-job-queue; its exit code for each: cli/exit-codes.ts)
+  | 'JQ_BAD_USAGE'
+  | 'JQ_BAD_DATABASE_URL'
+  | 'JQ_DB_UNREACHABLE'
+  | 'JQ_DB_LOGIN_FAILED'
+  | 'JQ_DB_ERROR'
+  | 'JQ_SCHEMA_MISSING'
+  | 'JQ_SCHEMA_OUTDATED'
+  | 'JQ_MIGRATION_FAILED'
+  | 'JQ_INTERNAL';
 
 export class JobQueueError extends Error {
   override readonly name = 'JobQueueError';

@@ -52,7 +52,8 @@ export async function runJobQueueMigrations(
   return pending;
 }
 
-async function appliedMigrations(runner: { query(sql: string, values?: unknown[]): Promise<Array<{ name: string }>> }, schema: string): Promise<Set<string>> {
+/** The names in `<schema>.migrations` (the ledger; empty when it does not exist yet). Also the CLI's view of what is applied. */
+export async function appliedMigrations(runner: { query(sql: string, values?: unknown[]): Promise<Array<{ name: string }>> }, schema: string): Promise<Set<string>> {
   const [{ ledger }] = (await runner.query(`select to_regclass($1) is not null as ledger`, [`${quoteIdentifier(schema)}.migrations`])) as unknown as Array<{ ledger: boolean }>;
   if (!ledger) return new Set();
   return new Set((await runner.query(`select name from ${quoteIdentifier(schema)}.migrations`)).map((row) => row.name));

@@ -10,9 +10,8 @@ import { deleteFinishedFlows, sweepFlows } from './flow-sweeper';
 import { JobsVacuum } from './jobs-vacuum';
 import { deleteIdleQueues } from './queue-cleaner';
 import { rescueDeadWorkers } from './rescuer';
+import { MAINTENANCE_LEASE } from '../sql/maintenance';
 
-/** The lease's name in the `leases` table. */
-export const MAINTENANCE_LEASE = 'maintenance';
 /** Idle queue rows are looked for at most this often. */
 const QUEUE_CLEANUP_EVERY_MS = 60_000;
 

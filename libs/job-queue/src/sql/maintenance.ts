@@ -1,6 +1,9 @@
 import { cancelledError, keepFinished, tellFinished, withError } from './finished';
 import { epochMs, eventText, publishEvents, queueEvent, wantsEvent } from './queue-events';
 
+/** The maintenance leader's lease: its name in the `leases` table (takeLease, dropLease, readLease). */
+export const MAINTENANCE_LEASE = 'maintenance';
+
 /**
  * The statements of the cluster's upkeep (maintenance/): the leader's lease, the sweep
  * that rescues a dead worker's jobs, and the cleanup of idle queue rows. Each is safe if two
@@ -55,6 +58,16 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
 
     /** $1 lease, $2 holder: lets another replica take it at once (at shutdown). */
     dropLease: `delete from ${s}.leases where name = $1 and holder = $2`,
+
+    /**
+     * $1 lease: who holds it, until when, and whether that is still ahead on the database's
+     * clock (an expired row stays until someone takes the lease). No row: no one ever took it,
+     * or its last holder gave it up. For operators (the CLI's status).
+     */
+    readLease: `
+      select l.holder, l.expires_at, l.expires_at > now() as live,
+             extract(epoch from l.expires_at - now())::float8 as expires_in
+      from ${s}.leases l where l.name = $1`,
 
     /**
      * The sweep, in one statement: deletes the rows of dead workers, and releases up to $1

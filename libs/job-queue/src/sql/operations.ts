@@ -2,9 +2,9 @@ import { tellFinished } from './finished';
 import { queueHead } from './queue-head';
 
 /**
- * The statements operators' tools read and act with: the dashboard, the health indicator and
- * telemetry (all optional integrations, behind subpath exports; the SQL lives here so that
- * each runs through JobQueueDatabase like every other statement). `s` is the quoted schema,
+ * The statements operators' tools read and act with: the dashboard, the health indicator,
+ * telemetry (all optional integrations, behind subpath exports) and the admin CLI (the bin);
+ * the SQL lives here so that each runs like every other statement. `s` is the quoted schema,
  * `finished` the finished channel (waiters are told of a deleted job).
  */
 export function createOperationsQueries(s: string, finished: string) {
@@ -57,6 +57,14 @@ export function createOperationsQueries(s: string, finished: string) {
       select count(*)::int as count, extract(epoch from now() - min(run_at))::float8 as oldest_age
       from ${s}.jobs
       where is_available and run_at <= now() and cancel_requested_at is null`,
+
+    /** The due job no worker holds that has waited longest (as dueJobs counts them), or no row. */
+    oldestDueJob: `
+      select j.id::text as id, j.task_identifier, j.queue_name, j.run_at, extract(epoch from now() - j.run_at)::float8 as age
+      from ${s}.jobs j
+      where j.is_available and j.run_at <= now() and j.cancel_requested_at is null
+      order by j.run_at, j.id
+      limit 1`,
 
     /**
      * Jobs a worker could start now and none has taken: how many, and the age in seconds of

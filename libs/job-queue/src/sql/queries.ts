@@ -16,7 +16,8 @@
  *   sql/admin.ts        removeJob, completeJobs, permanentlyFailJobs, rescheduleJobs, cancelJob, retryJobs
  *   sql/workers.ts      a worker's own row (register, heartbeat, unregister), giveBackJobs
  *   sql/maintenance.ts  the leader's lease, the sweep (rescueJobs), cleanup and retention
- *   sql/operations.ts   the dashboard's, health indicator's and telemetry's statements
+ *   sql/operations.ts   the dashboard's, health indicator's, telemetry's and the CLI's statements
+ *   sql/schema-objects.ts  what a schema holds (tables, columns, functions, indexes): the CLI's validate
  *   sql/queue-events.ts cluster-wide events: who listens, and publishing them (release, cancel)
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
