@@ -25,6 +25,8 @@ const LAYERS = {
   dashboard: ['core', 'sql', 'db', 'discovery', 'service', 'worker'],
   terminus: ['core', 'sql', 'db', 'worker'],
   testing: ['core', 'sql', 'db', 'peers', 'discovery', 'service', 'worker'],
+  // the bin: the package's SQL and migrations runner on a DataSource of its own, no Nest app
+  cli: ['core', 'sql', 'db'],
 };
 
 const layerRules = Object.entries(LAYERS).map(([folder, below]) => ({

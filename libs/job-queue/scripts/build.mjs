@@ -22,7 +22,12 @@ if (compiled.status !== 0) process.exit(compiled.status ?? 1);
 writePackageDocs();
 
 const manifest = JSON.parse(readFileSync(join(lib, 'package.json'), 'utf8'));
-const targets = [manifest.main, manifest.types, ...Object.values(manifest.exports).flatMap((target) => (typeof target === 'string' ? [target] : Object.values(target)))];
+const targets = [
+  manifest.main,
+  manifest.types,
+  ...Object.values(manifest.bin ?? {}),
+  ...Object.values(manifest.exports).flatMap((target) => (typeof target === 'string' ? [target] : Object.values(target))),
+];
 const missing = targets.filter((target) => !existsSync(join(lib, target)));
 if (missing.length > 0) {
   console.error(`build:lib: package.json names files the build did not make: ${missing.join(', ')}`);
