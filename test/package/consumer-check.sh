@@ -8,7 +8,9 @@
 #    the guide docs/guides/testing-your-app.md (nestjs-job-queue/testing: findJobs, drain,
 #    runTask); and a
 #    check that the installed package's source maps name files it ships;
-#  - a CommonJS app: tsc (strict), then the app.
+#  - a CommonJS app: tsc (strict), then the app;
+#  - the installed bin (npx nestjs-job-queue): validate exits 1 on the empty database and 0
+#    once the apps migrated it, and status --json parses.
 # Any failure exits non-zero. Each run uses a database of its own on that server, dropped at
 # the end. Run from anywhere: DATABASE_URL=postgres://… test/package/consumer-check.sh
 # (KEEP_CONSUMER_APPS=1 keeps the apps' folder for a look).
@@ -38,7 +40,7 @@ pack_json="$(cd "$repo/libs/job-queue" && npm pack --json --pack-destination "$w
 tarball="$work/$(node -e '
   const [p] = JSON.parse(process.argv[1]);
   const files = p.files.map((f) => f.path);
-  const required = ["package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/migrations/index.js", "src/index.ts", "docs/guides/testing-your-app.md"];
+  const required = ["package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts", "dist/migrations/index.js", "dist/cli/main.js", "src/index.ts", "docs/guides/testing-your-app.md"];
   const missing = required.filter((f) => !files.includes(f));
   const strays = files.filter((f) => !/^(package\.json|README\.md|LICENSE|(dist|src|docs)\/.+)$/.test(f));
   if (missing.length || strays.length) { console.error(`tarball: missing ${missing.join(", ") || "nothing"}; unexpected ${strays.join(", ") || "nothing"}`); process.exit(1); }
@@ -62,6 +64,9 @@ node "$here/readme-files.mjs" "$repo/docs/guides/testing-your-app.md" "$work/esm
 cd "$work/esm-app"
 npm install "${NPM_FLAGS[@]}" --save-exact "$tarball" "${peers[@]}" "@nestjs/testing@$(version @nestjs/testing)" \
   "typescript@$TYPESCRIPT" "@types/node@$(version @types/node)" "vitest@$VITEST"
+step "bin: validate on the empty database exits 1"
+code=0; npx --no-install nestjs-job-queue validate > /dev/null || code=$?
+[ "$code" = 1 ] || { echo "nestjs-job-queue validate: expected exit 1 before any migration, got $code" >&2; exit 1; }
 step "source maps of the installed package"
 node "$here/source-maps.mjs" node_modules/nestjs-job-queue
 step "ESM app: tsc (strict; src and test), build"
@@ -80,5 +85,8 @@ step "CJS app: tsc (strict)"
 npm run --silent build
 step "CJS app: run"
 npm run --silent start:prod
+step "bin: validate after the apps migrated, status --json"
+npx --no-install nestjs-job-queue validate
+npx --no-install nestjs-job-queue status --json | node -e 'const s = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(`status: ${Object.values(s.jobs.byState).reduce((a, b) => a + b)} jobs`)'
 
 step "consumer check passed"
