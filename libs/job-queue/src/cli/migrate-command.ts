@@ -85,7 +85,10 @@ async function apply(connection: CliConnection, migration: KnownMigration, show:
     const failure = toFailure(error, connection.target);
     // the server gone or the login refused is that, whatever ran; anything else is this migration's failure
     if (failure.code === 'JQ_DB_UNREACHABLE' || failure.code === 'JQ_DB_LOGIN_FAILED') throw new JobQueueError(failure.code, failure.message);
-    throw new JobQueueError('JQ_MIGRATION_FAILED', `${migration.name} failed and was rolled back as far as its transaction goes: ${failure.message}`);
+    const left = runsOutsideTransaction(migration.Migration)
+      ? 'the steps it finished stay (each is safe to run again): run migrate again once the cause is fixed'
+      : 'its transaction was rolled back';
+    throw new JobQueueError('JQ_MIGRATION_FAILED', `${migration.name} failed: ${failure.message}; ${left}`);
   }
   const applied = statements.some((statement) => ledgerInsertOf(statement) === migration.name);
   return {
