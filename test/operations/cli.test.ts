@@ -207,7 +207,7 @@ describe('the admin CLI (bin nestjs-job-queue)', () => {
 
       const text = await cli(ctx.db.url, 'status');
       assert.equal(text.code, 0, printed(text));
-      assert.match(text.stdout, /^theirs +1 /m, 'a row for the task, 1 waiting');
+      assert.match(text.stdout, /^theirs +0 +1 /m, 'a row for the task: 0 blocked, 1 waiting');
       assert.match(text.stdout, new RegExp(`Oldest due job: ${job.id} \\(theirs\\)`));
       assert.match(text.stdout, new RegExp(`Maintenance leader: ${workers[0].id}`));
       await ctx.t.jobs.deleteJob(job.id);
