@@ -11,6 +11,14 @@ export class ExportTasks {
     return { invoice: payload.invoice, url: `https://files.example.com/invoices/${payload.invoice}.pdf`, pages: 2 };
   }
 
+  /** A flow's last step: runs once every PDF of the flow is rendered, with their results at hand. */
+  @Task('zip_invoices')
+  async zip(_payload: unknown, ctx: JobContext) {
+    const rendered = await ctx.dependencyResults(); // { pdf1: { state: 'completed', result: { url, … } }, … }
+    const urls = Object.values(rendered).map((dependency) => (dependency.result as { url: string }).url);
+    return { zip: `https://files.example.com/invoices-${ctx.job.flowId}.zip`, files: urls.length };
+  }
+
   /**
    * A long task that reports progress (stored at most once a second, emitted as job:progress
    * at once) and stops when its signal aborts: a cancel, a timeout or the shutdown.

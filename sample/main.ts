@@ -59,6 +59,16 @@ async function main() {
     (error: unknown) => logger.warn(`Job ${pdf.id}: ${String(error)}`),
   );
 
+  // A flow: three PDFs rendered in parallel, then zipped, the zip starting only once all three completed.
+  const flow = await jobs.addFlow([
+    ...[1, 2, 3].map((invoice) => ({ ref: `pdf${invoice}`, identifier: 'render_invoice_pdf', payload: { invoice } })),
+    { ref: 'zip', identifier: 'zip_invoices', dependsOn: ['pdf1', 'pdf2', 'pdf3'] },
+  ]);
+  void jobs.waitForFlow(flow.flowId, { timeout: '30s' }).then(
+    (results) => logger.log(`Flow ${flow.flowId} completed: ${JSON.stringify(results.zip)}`),
+    (error: unknown) => logger.warn(`Flow ${flow.flowId}: ${String(error)}`),
+  );
+
   // A long job that reports progress, cancelled while it runs: its handler's signal aborts, and it ends cancelled.
   const exportJob = await jobs.add('export_orders', { batches: 10 });
   setTimeout(() => {
