@@ -58,6 +58,19 @@ describe('flows: events, retention and SQL', () => {
     await waitForValue(c.sql, "the flow's jobs to go once it ended", 'select count(*)::int from job_queue.finished_jobs where flow_id = $1', 0, [flow.flowId]);
   });
 
+  it("deleteJob of a blocked job: the flow sweep settles its dependents as if it had been cancelled", async () => {
+    const later = new Date(Date.now() + 3_600_000);
+    const flow = await c.t.jobs.addFlow([
+      { ref: 'a', identifier: 'flow_step', runAt: later },
+      { ref: 'b', identifier: 'flow_step', dependsOn: ['a'] },
+      { ref: 'c', identifier: 'flow_step', dependsOn: ['b'] },
+    ]);
+    await c.t.jobs.deleteJob(flow.jobs.b.id);
+    assert.equal(await c.t.jobs.getJob(flow.jobs.b.id), null);
+    await waitForValue(c.sql, "c to fail, b's deletion settled by the sweep", 'select last_error from job_queue.finished_jobs where id = $1', 'JQ_DEPENDENCY_FAILED: b was cancelled', [flow.jobs.c.id]);
+    await c.t.jobs.cancelFlow(flow.flowId);
+  });
+
   it('add_flow(jsonb) starts a flow from SQL (a trigger), and refuses a bad one with JQ_INVALID_FLOW', async () => {
     await c.sql.query(`create table orders (id int primary key)`);
     await c.sql.query(`

@@ -11,8 +11,8 @@ const DELETE_BATCH = 1_000;
  * a flow's dependents in the transaction that finishes each job, but not a job finished by a
  * worker of an earlier version (its finished row lacks the flow columns) nor one deleted
  * outright. Those are settled here, and a flow idle for `workerTimeout` is counted again from
- * its rows, and finished if none is left. Every worker of this version runs it each round,
- * not only the maintenance leader: during a rolling deploy the leader may be an older worker,
+ * its rows, and finished if none is left. Every worker of this version runs it twice per
+ * `workerTimeout` (maintenance.ts), not only the maintenance leader: during a rolling deploy the leader may be an older worker,
  * which knows nothing of flows. Two sweeps at once settle each job once (edges are settled
  * under their row locks, idle flows taken SKIP LOCKED).
  */

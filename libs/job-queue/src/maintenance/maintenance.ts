@@ -33,6 +33,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
   private round?: Promise<void>;
   private leader = false;
   private lastQueueCleanup = 0;
+  private lastFlowSweep = 0;
   private stopped = true;
   private readonly vacuum: JobsVacuum;
 
@@ -106,7 +107,11 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       if (this.leader !== wasLeader) {
         this.logger.log(this.leader ? `${this.pinned.workerId} is the maintenance leader` : `${this.pinned.workerId} is no longer the maintenance leader`);
       }
-      await sweepFlows(this.pinned, workerTimeout);
+      // Twice per workerTimeout is enough for a safety net, and spares a large flow's unsettled edges a walk each round.
+      if (everything || Date.now() - this.lastFlowSweep >= workerTimeout / 2) {
+        this.lastFlowSweep = Date.now();
+        await sweepFlows(this.pinned, workerTimeout);
+      }
       if (!this.leader) return;
       // current(), not fresh(): the read would take a pool connection, which handlers may all hold
       await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger, this.audience.current());

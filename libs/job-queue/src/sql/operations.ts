@@ -94,7 +94,11 @@ export function createOperationsQueries(s: string, finished: string) {
       gone_finished as (
         delete from ${s}.finished_jobs where id = $1::bigint returning id
       ),
-      deleted as (select id from gone union all select id from gone_finished),
+      -- a flow's blocked job: its dependents are settled as if it had been cancelled (the flow sweep)
+      gone_blocked as (
+        delete from ${s}.blocked_jobs where id = $1::bigint returning id
+      ),
+      deleted as (select id from gone union all select id from gone_finished union all select id from gone_blocked),
       told as (${tellFinished(finished, 'deleted')})
       select (select count(*) from deleted)::int as deleted, (select count(*) from told)::int as told,
              exists (select 1 from ${s}.jobs where id = $1::bigint and locked_at is not null) as held`,
