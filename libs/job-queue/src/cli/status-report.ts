@@ -1,15 +1,13 @@
-import { JOB_STATES, type JobState } from '../core/job-state';
+import { countsReport, type JobCountRow, type JobCountsReport } from '../core/job-counts';
 import { MAINTENANCE_LEASE } from '../sql/maintenance';
 import { requireJobTables, type CliConnection } from './connection';
 import { readMigrationPlan } from './migration-plan';
-
-export type JobCounts = Record<JobState, number>;
 
 /** What `status` reports (its --json document). */
 export interface Status {
   schema: string;
   pendingMigrations: string[];
-  jobs: { byState: JobCounts; byTask: Record<string, JobCounts>; byQueue: Record<string, JobCounts> };
+  jobs: JobCountsReport;
   /** Due jobs no worker holds, and the one that waited longest. */
   due: { count: number; oldest: { id: string; task: string; queue: string | null; runAt: Date; ageSeconds: number } | null };
   workers: Array<{
@@ -34,7 +32,7 @@ export interface Status {
 export async function readStatus(connection: CliConnection): Promise<Status> {
   await requireJobTables(connection);
   const plan = await readMigrationPlan(connection);
-  const countRows = await connection.run<{ state: JobState; task_identifier: string; queue_name: string | null; count: string }>('countJobs', []);
+  const countRows = await connection.run<JobCountRow>('countJobs', []);
   const [due] = await connection.run<{ count: number }>('dueJobs', []);
   const [oldest] = await connection.run<{ id: string; task_identifier: string; queue_name: string | null; run_at: Date; age: number }>('oldestDueJob', []);
   const workers = await connection.run<WorkerRow>('listWorkers', []);
@@ -80,15 +78,3 @@ interface WorkerRow {
   now: Date;
 }
 
-/** countJobs's rows as JobQueueService.countJobs() reports them: every state of JOB_STATES, in all, per task, per named queue. */
-function countsReport(rows: Array<{ state: JobState; task_identifier: string; queue_name: string | null; count: string }>): Status['jobs'] {
-  const empty = (): JobCounts => Object.fromEntries(JOB_STATES.map((state) => [state, 0])) as JobCounts;
-  const report: Status['jobs'] = { byState: empty(), byTask: {}, byQueue: {} };
-  for (const row of rows) {
-    const count = Number(row.count);
-    report.byState[row.state] += count;
-    (report.byTask[row.task_identifier] ??= empty())[row.state] += count;
-    if (row.queue_name !== null) (report.byQueue[row.queue_name] ??= empty())[row.state] += count;
-  }
-  return report;
-}

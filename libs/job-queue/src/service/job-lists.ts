@@ -1,5 +1,6 @@
 import { JobQueueError } from '../core/errors';
 import { JOB_STATES, type JobState } from '../core/job-state';
+import { countsReport, type JobCountRow, type JobCountsReport } from '../core/job-counts';
 import { toJob, type Job, type JobRow } from '../core/job';
 import { LIMITS, optionalString, validateTaskIdentifier } from '../core/validate-job-spec';
 import type { JobQueueDatabase } from '../db/job-queue-database';
@@ -23,14 +24,7 @@ export interface JobPage {
   nextCursor: string | null;
 }
 
-/** How many jobs are in each state. */
-export type JobCounts = Record<JobState, number>;
-
-export interface JobCountsReport {
-  byState: JobCounts;
-  byTask: Record<string, JobCounts>;
-  byQueue: Record<string, JobCounts>;
-}
+export type { JobCounts, JobCountsReport } from '../core/job-counts';
 
 export interface RescheduleOptions {
   runAt?: Date;
@@ -69,16 +63,7 @@ export async function listJobs(db: JobQueueDatabase, options: ListJobsOptions = 
 
 /** JobQueueService.countJobs(). */
 export async function countJobs(db: JobQueueDatabase): Promise<JobCountsReport> {
-  const rows = await db.run<{ state: JobState; task_identifier: string; queue_name: string | null; count: string }>('countJobs', []);
-  const empty = (): JobCounts => Object.fromEntries(JOB_STATES.map((state) => [state, 0])) as JobCounts;
-  const report: JobCountsReport = { byState: empty(), byTask: {}, byQueue: {} };
-  for (const row of rows) {
-    const count = Number(row.count);
-    report.byState[row.state] += count;
-    (report.byTask[row.task_identifier] ??= empty())[row.state] += count;
-    if (row.queue_name !== null) (report.byQueue[row.queue_name] ??= empty())[row.state] += count;
-  }
-  return report;
+  return countsReport(await db.run<JobCountRow>('countJobs', []));
 }
 
 /** Where a page ended: in the unfinished jobs (by id), or in the finished ones (by finished_at, id). */
