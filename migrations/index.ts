@@ -6,6 +6,7 @@ import { createOperationsMigration } from './1764000000000-operations';
 import { createClaimByQueueHeadsMigration } from './1764100000000-claim-by-queue-heads';
 import { createEventListenersMigration } from './1764200000000-event-listeners';
 import { createFlowsMigration } from './1764300000000-flows';
+import { createJobStepsMigration } from './1764400000000-job-steps';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -24,5 +25,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createClaimByQueueHeadsMigration(schema),
     createEventListenersMigration(schema),
     createFlowsMigration(schema),
+    createJobStepsMigration(schema),
   ];
 }

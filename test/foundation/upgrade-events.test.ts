@@ -9,6 +9,7 @@ import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000'];
 const NEW_MIGRATION = 'EventListeners1764200000000';
+const LATER_MIGRATIONS = ['Flows1764300000000', 'JobStepsAndBatches1764400000000'];
 const SLEEP_MS = 3_000;
 
 const heard: QueueEvent[] = [];
@@ -44,7 +45,7 @@ describe('upgrading to migration 6 while workers of the previous version run', (
     // the new code starts beside it, migrates, and listens to completions from its start
     const { logger, logs } = warningsLogger();
     t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks, Completions], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
-    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, 'Flows1764300000000']);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...LATER_MIGRATIONS]);
     assert.equal((await q('select 1 from job_queue.event_listeners where expires_at > now()')).length, 1, 'the new app listens');
 
     const after = [
