@@ -16,7 +16,14 @@
  * `handler_go`; returns `result`) and `noop` (does nothing: quick jobs, which teach
  * the worker to prefetch), `tx-write` (transaction: true; inserts into the test's `tx_writes`
  * table: job_id, pid, attempt, through ctx.manager, records `wrote`, then waits for `handler_go`
- * like `ignore-cancel`, records `returned` and returns `{ pid }`); with CRON=1 also
+ * like `ignore-cancel`, records `returned` and returns `{ pid }`), `two-steps` (durable steps:
+ * step `first` inserts into the test's `step_effects` table (job_id, step, pid, attempt); then
+ * the handler records `between` and waits for `handler_go`; step `second` inserts likewise;
+ * returns both steps' results, each `{ pid, attempt }` of the run that did it), `tx-step`
+ * (`{ hold: 'inside' | 'after' }`: a transactional step `write` inserts into `step_effects`
+ * through its manager and records `wrote`; with `inside` it then waits for `handler_go` before
+ * returning, its transaction open; the handler records `stepped`, with `after` waits for
+ * `handler_go` then, and returns `{ written }`); with CRON=1 also
  * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
  * the job id and the pid into the test's `ticks` table; `flow-step` records a flow's step in
  * the test's `flow_runs` table (see the task).
@@ -34,7 +41,7 @@
 import 'reflect-metadata';
 import { Injectable, Module, type Provider } from '@nestjs/common';
 import { Cron, CronExpression } from '@nestjs/schedule';
-import { DataSource } from 'typeorm';
+import { DataSource, type EntityManager } from 'typeorm';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { READ_FORBIDDEN_FLAGS } from './forbidden-flags';
@@ -133,6 +140,45 @@ class ProcessTasks {
     }
     await this.event(ctx, 'returned');
     return { pid: process.pid };
+  }
+
+  /** Two durable steps with a pause between them, each recording its effect in the test's `step_effects`. */
+  @Task('two-steps')
+  async twoSteps(_payload: unknown, ctx: JobContext) {
+    const first = await ctx.step('first', () => this.effect(ctx, 'first', this.dataSource.manager));
+    await this.event(ctx, 'between');
+    await this.handlerGo(ctx);
+    const second = await ctx.step('second', () => this.effect(ctx, 'second', this.dataSource.manager));
+    return { first, second };
+  }
+
+  /** A transactional step whose write and record commit together; held inside it (open) or after it (committed). */
+  @Task('tx-step')
+  async txStep(payload: { hold: 'inside' | 'after' }, ctx: JobContext) {
+    const written = await ctx.step(
+      'write',
+      async (manager) => {
+        const done = await this.effect(ctx, 'write', manager);
+        await this.event(ctx, 'wrote');
+        if (payload.hold === 'inside') await this.handlerGo(ctx);
+        return done;
+      },
+      { transaction: true },
+    );
+    await this.event(ctx, 'stepped');
+    if (payload.hold === 'after') await this.handlerGo(ctx);
+    return { written };
+  }
+
+  private async effect(ctx: JobContext, step: string, manager: EntityManager) {
+    await manager.query('insert into step_effects (job_id, step, pid, attempt) values ($1, $2, $3, $4)', [ctx.job.id, step, process.pid, ctx.job.attempts]);
+    return { pid: process.pid, attempt: ctx.job.attempts };
+  }
+
+  private async handlerGo(ctx: JobContext) {
+    while ((await this.dataSource.query('select 1 from handler_go where job_id = $1', [ctx.job.id])).length === 0) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   }
 
   private async event(ctx: JobContext, event: string, code: string | null = null) {

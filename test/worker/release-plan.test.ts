@@ -28,14 +28,18 @@ describe('the release as a generic plan', () => {
    * retried), marks 250 others started and 50 of those with progress. The keyed ones make `held` take rows: with none it
    * reads nothing, whatever its plan.
    */
-  async function releaseOneFlush(statistics: 'analyzed' | 'say empty'): Promise<PlanNode> {
-    await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.workers cascade');
+  /** How many steps releaseOneFlush recorded before the flush (two per job) when completions are not kept. */
+  let recordedSteps = 0;
+  async function releaseOneFlush(statistics: 'analyzed' | 'say empty', keepCompleted = true): Promise<PlanNode> {
+    await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.workers, job_queue.job_steps cascade');
     if (statistics === 'say empty') await statisticsSayJobsIsEmpty(sql);
     await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
     const { rows: held } = await sql.query<{ id: string }>(`
       insert into job_queue.jobs (task_identifier, locked_at, locked_by, attempts, key)
       select 'work', now(), 'plan-worker', 1, case when g % 4 = 0 then 'plan-key-' || g end from generate_series(1, 5000) g returning id`);
     await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
+    // Completions not kept delete their durable steps: every job has two.
+    if (!keepCompleted) recordedSteps = (await sql.query(`insert into job_queue.job_steps (job_id, name) select id, s from job_queue.jobs, unnest('{one,two}'::text[]) s`)).rowCount!;
     if (statistics === 'analyzed') await sql.query('vacuum analyze job_queue.jobs');
     const { rows: stats } = await sql.query(`select reltuples from pg_class where oid = 'job_queue.jobs'::regclass`);
     if (statistics === 'say empty') assert.ok(stats[0].reltuples <= 1, `statistics of a drained table: ${JSON.stringify(stats[0])}`);
@@ -57,7 +61,7 @@ describe('the release as a generic plan', () => {
       };
       // EXPLAIN EXECUTE takes no bind parameters: the values go in as literals.
       const literal = (value: unknown) => (Array.isArray(value) ? `'{${value.join(',')}}'` : typeof value === 'string' ? sql.escapeLiteral(value) : String(value));
-      const values = releaseParameters('plan-worker', batch, true).map(literal);
+      const values = releaseParameters('plan-worker', batch, keepCompleted).map(literal);
       const { rows } = await sql.query(`explain (analyze, format json) execute release(${values.join(', ')})`);
       return rows[0]['QUERY PLAN'][0].Plan as PlanNode;
     } finally {
@@ -66,9 +70,9 @@ describe('the release as a generic plan', () => {
     }
   }
 
-  for (const statistics of ['analyzed', 'say empty'] as const) {
-    it(`reads no more rows of jobs than the flush names, with statistics that ${statistics === 'analyzed' ? 'are fresh' : 'say the table is empty'}`, async () => {
-      const plan = await releaseOneFlush(statistics);
+  for (const [statistics, keepCompleted] of [['analyzed', true], ['say empty', true], ['say empty', false]] as const) {
+    it(`reads no more rows of jobs than the flush names, with statistics that ${statistics === 'analyzed' ? 'are fresh' : 'say the table is empty'}${keepCompleted ? '' : ', completions not kept (their steps deleted, among 50,000)'}`, async () => {
+      const plan = await releaseOneFlush(statistics, keepCompleted);
       // 650 ids named (600 jobs): no step may handle more rows than twice that, counting each of
       // its loops (a nested loop over a list per row, or a walk of the 5,000 jobs the worker holds, would).
       // Rows a step read and dropped count too (EXPLAIN gives them per loop, as it does Actual Rows).
@@ -79,7 +83,11 @@ describe('the release as a generic plan', () => {
       assert.ok(jobsScans.length >= 5 && jobsScans.every((n) => n['Index Name'] === 'jobs_pkey' || n['Node Type'] === 'Bitmap Heap Scan'), JSON.stringify(steps));
 
       const { rows: finished } = await sql.query(`select count(*)::int as n from job_queue.finished_jobs where state = 'completed' and result = '{"sent":true}'`);
-      assert.equal(finished[0].n, 250, 'completed jobs moved to finished_jobs, with their results');
+      assert.equal(finished[0].n, keepCompleted ? 250 : 0, 'completed jobs moved to finished_jobs, with their results (if kept)');
+      if (!keepCompleted) {
+        const { rows: steps } = await sql.query(`select count(*)::int as n from job_queue.job_steps`);
+        assert.equal(steps[0].n, recordedSteps - 500, "the completed jobs' steps went, no other");
+      }
       const { rows: marked } = await sql.query(`select count(*)::int as n from job_queue.jobs where started_at is not null`);
       assert.equal(marked[0].n, 250 + 100, 'start marks written (and kept by the retried jobs)');
       const { rows: retried } = await sql.query(`

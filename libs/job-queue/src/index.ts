@@ -17,7 +17,7 @@ export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode, JobState, JobProg
 export { Task, type TaskOptions, type RetryDelay } from './decorators/task.decorator';
 export { OnJobEvent } from './decorators/on-job-event.decorator';
 export { OnQueueEvent, type OnQueueEventOptions } from './decorators/on-queue-event.decorator';
-export type { JobContext, JobInfo, CronPayload, TransactionalJobContext } from './core/job-context';
+export type { JobContext, JobInfo, CronPayload, TransactionalJobContext, StepOptions } from './core/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
 export { PermanentJobError, SnoozeJob } from './core/handler-outcomes';
 export type { JobMiddleware, JobMiddlewareContext } from './core/middleware';

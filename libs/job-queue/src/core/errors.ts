@@ -44,6 +44,9 @@ export type JobQueueErrorCode =
   | 'JQ_JOB_FAILED_FOR_GOOD'
   | 'JQ_JOB_SNOOZED'
   | 'JQ_TRANSACTION_MISUSED'
+  // durable steps (ctx.step)
+  | 'JQ_DUPLICATE_STEP'
+  | 'JQ_INVALID_STEP'
   // the job lifecycle (cancelJob, retryJobs, waitForJob, listJobs)
   | 'JQ_JOB_NOT_FOUND'
   | 'JQ_JOB_FINISHED'

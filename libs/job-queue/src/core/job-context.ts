@@ -65,6 +65,27 @@ export interface JobContext {
    * `TransactionalJobContext` to have it non-optional.
    */
   manager?: EntityManager;
+  /**
+   * Runs `fn` once per job and records what it returns (a durable step): a later attempt of
+   * the job, after a failure, a timeout or a crash, gets the recorded value back without
+   * running `fn` again. What comes back, then and the first time, is the value as JSON gives
+   * it back (a Date becomes its ISO string); `undefined` is kept as `undefined`. The value
+   * must be JSON of at most `maxJsonBytes` (JQ_RESULT_NOT_JSON, JQ_RESULT_TOO_LARGE).
+   *
+   * Each name may be used once per attempt (JQ_DUPLICATE_STEP): the name is what a later
+   * attempt finds the result by. A plain step that the process dies inside of, after `fn` ran
+   * but before its record was written, runs again; with `{ transaction: true }`, `fn` gets an
+   * EntityManager in a transaction of its own on the app's DataSource, and what it writes
+   * there commits together with the step's record, exactly once.
+   */
+  step<T>(name: string, fn: () => T | Promise<T>, options?: StepOptions & { transaction?: false }): Promise<T>;
+  step<T>(name: string, fn: (manager: EntityManager) => T | Promise<T>, options: StepOptions & { transaction: true }): Promise<T>;
+}
+
+/** The options of `ctx.step()`. */
+export interface StepOptions {
+  /** Run the step in a transaction of its own, which also records its result: its writes happen exactly once. Default false. */
+  transaction?: boolean;
 }
 
 /** The context of a `@Task(name, { transaction: true })` handler: `manager` is always there. */

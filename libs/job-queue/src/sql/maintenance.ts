@@ -226,7 +226,8 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
     /**
      * Retention: deletes up to $3 finished jobs in state $1 that finished more than $2 ms ago,
      * oldest first, walking finished_jobs_state_idx; rows someone has locked are skipped, and so
-     * are the jobs of a flow still running (a flow's jobs stay together until it ends).
+     * are the jobs of a flow still running (a flow's jobs stay together until it ends). Their
+     * durable steps (job_steps) go with them.
      */
     deleteExpiredJobs: `
       with expired as (
@@ -237,7 +238,8 @@ export function createMaintenanceQueries(s: string, channel: string, finished: s
         limit $3
         for update skip locked
       ),
-      deleted as (delete from ${s}.finished_jobs f using expired e where f.id = e.id returning 1)
+      deleted as (delete from ${s}.finished_jobs f using expired e where f.id = e.id returning f.id),
+      steps as (delete from ${s}.job_steps st where st.job_id = any(array(select id from deleted)))
       select count(*)::int as deleted from deleted`,
 
   };

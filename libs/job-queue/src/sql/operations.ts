@@ -85,7 +85,7 @@ export function createOperationsQueries(s: string, finished: string) {
 
     /**
      * $1 id: deletes the job unless a worker holds it (cancel it first), from whichever
-     * table has it, and tells its waiters. Returns `deleted` and `held`.
+     * table has it, with its durable steps, and tells its waiters. Returns `deleted` and `held`.
      */
     deleteJob: `
       with gone as (
@@ -99,6 +99,7 @@ export function createOperationsQueries(s: string, finished: string) {
         delete from ${s}.blocked_jobs where id = $1::bigint returning id
       ),
       deleted as (select id from gone union all select id from gone_finished union all select id from gone_blocked),
+      steps as (delete from ${s}.job_steps st where st.job_id in (select id from deleted)),
       told as (${tellFinished(finished, 'deleted')})
       select (select count(*) from deleted)::int as deleted, (select count(*) from told)::int as told,
              exists (select 1 from ${s}.jobs where id = $1::bigint and locked_at is not null) as held`,

@@ -19,6 +19,7 @@
  *   sql/operations.ts   the dashboard's, health indicator's, telemetry's and the CLI's statements
  *   sql/schema-objects.ts  what a schema holds (tables, columns, functions, indexes): the CLI's validate
  *   sql/queue-events.ts cluster-wide events: who listens, and publishing them (release, cancel)
+ *   sql/steps.ts        durable steps (ctx.step): loadJobSteps, recordJobStep, readJobStep, listJobSteps
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
  * to finished_jobs, its errors, telling waiters), sql/queue-head.ts (a named queue's head),
@@ -37,6 +38,7 @@ import { createOperationsQueries } from './operations';
 import { createQueueEventQueries } from './queue-events';
 import { createReadQueries } from './read';
 import { createReleaseQueries } from './release';
+import { createStepQueries } from './steps';
 import { createWorkerQueries } from './workers';
 
 /**
@@ -67,6 +69,7 @@ export function createQueries(schema: string) {
     ...createMaintenanceQueries(s, channel, finished, events),
     ...createOperationsQueries(s, finished),
     ...createQueueEventQueries(s, channel, events),
+    ...createStepQueries(s),
   };
 }
 

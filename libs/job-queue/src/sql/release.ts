@@ -21,6 +21,14 @@ const heldBy = (j: string, worker: string) => `${j}.locked_by is not distinct fr
 const failure = (j: string, field: 'message' | 'code' | 'delay_ms') => `($5::jsonb -> ${j}.id::text ->> '${field}')`;
 
 export function createReleaseQueries(s: string, channel: string, finished: string, events: string) {
+  /**
+   * Deletes the durable steps of the jobs `ids` (a select of ids) when `when` holds: a
+   * completion that is not kept leaves nothing behind. Skipped at once when it does not hold
+   * (a one-time filter on a parameter), so keeping completions costs it nothing.
+   */
+  const dropSteps = (when: string, ids: string) => `
+    delete from ${s}.job_steps st where ${when} and st.job_id = any(array(${ids}))`;
+
   /** Releases the queues whose jobs a CTE named `released` returned, and wakes workers for them. */
   const unlockQueuesOf = (released: string, workerParam: string) => `
     unlocked as (
@@ -42,7 +50,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
      *   requested, which ends `cancelled` whatever its handler did. A success is kept only if
      *   $9 (retention.completed is not 0) or it belongs to a flow (waitForFlow reads it; the
      *   insert also settles its flow: the trigger of migration Flows1764300000000); the others always are (the cleaner deletes what its
-     *   retention says).
+     *   retention says). A success not kept takes its durable steps (job_steps) along (`unkept`).
      * - The other failures ($4 ids; $5 a jsonb object by id of `{message, code, delay_ms}`) are
      *   unlocked with the error appended to `errors` (the latest MAX_KEPT_ERRORS kept), run_at
      *   moved (their queue place kept in first_run_at). Two codes steer the outcome (worker/handler-outcomes.ts):
@@ -114,6 +122,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
         where: `f.state <> 'completed' or $9::boolean or f.flow_id is not null`,
       })}
       ),
+      unkept as (${dropSteps(`not $9::boolean`, `select id from finished where state = 'completed'`)}),
       retried as (
         update ${s}.jobs j set
           last_error = ${failure('j', 'message')},
@@ -191,6 +200,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
         where: '$5::boolean or f.flow_id is not null',
       })}
       ),
+      unkept as (${dropSteps('not $5::boolean', 'select id from finished')}),
       ${unlockQueuesOf('finished', '$1')},
       told as (${tellFinished(finished, 'finished')}),
       published as (${publishEvents(

@@ -17,6 +17,7 @@ import { JobQueueWorker } from '../worker/job-queue.worker';
 import { JobClsContext } from '../peers/job-cls-context';
 import { runAttempt } from '../worker/job-transaction';
 import type { JobContext } from '../core/job-context';
+import { MemoryStepStore } from './memory-steps';
 
 export interface RunTaskOptions {
   /** The attempt the handler sees (ctx.job.attempts). Default 1. */
@@ -24,6 +25,12 @@ export interface RunTaskOptions {
   maxAttempts?: number;
   /** Abort it to test a handler's cancellation or timeout path. */
   signal?: AbortSignal;
+  /**
+   * Results of durable steps that earlier attempts recorded, by step name: `ctx.step()` with
+   * one of these names returns the value given without running its function, as a retry of
+   * the job would. The other steps run, and their results are kept in memory for this run.
+   */
+  steps?: Record<string, unknown>;
 }
 
 export interface TaskRun<Result = unknown> {
@@ -31,12 +38,18 @@ export interface TaskRun<Result = unknown> {
   result: Result;
   /** Every value it passed to ctx.progress(), in order. */
   progress: JobProgress[];
+  /**
+   * Every step's result by name, as a later attempt would get it back: those given in `steps`
+   * and those that ran. Only there when there is one (a run of a handler without steps is as before).
+   */
+  steps?: Record<string, unknown>;
 }
 
 /**
  * Calls a task's handler with a payload, as the worker would (the same JobContext: logger,
  * signal, addJob, progress, and `manager` in a transaction committed on success for a
- * `transaction: true` task; through the module's middleware), but with no job row: nothing is claimed or released. A handler
+ * `transaction: true` task; through the module's middleware; `ctx.step()` with its results in memory,
+ * see `RunTaskOptions.steps`), but with no job row: nothing is claimed or released. A handler
  * that throws makes this reject with what it threw. JQ_UNKNOWN_TASK for a task this app has
  * no handler for.
  */
@@ -59,17 +72,20 @@ export async function runTask<Name extends TaskName, Result = unknown>(
   };
   const progress: JobProgress[] = [];
   const db = app.get(JobQueueDatabase);
+  const moduleOptions = app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS);
+  const steps = new MemoryStepStore(options.steps, db.dataSource, moduleOptions.maxJsonBytes);
   const context = {
     signal: options.signal ?? new AbortController().signal,
     addJob: ((name, ...args) => jobs.add(name, ...args)) as JobContext['addJob'],
     progress: (value: JobProgress) => void progress.push(value),
-    middleware: app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS).middleware,
+    middleware: moduleOptions.middleware,
+    steps,
   };
   // A transactional task gets its transaction, committed if the handler succeeds (there is no job row to complete).
   const attempt = () => runAttempt(task, job, context, db.dataSource, async () => {});
   const outcome = await app.get(JobClsContext).run(attempt);
   if (!outcome.ok) throw outcome.error;
-  return { result: outcome.result as Result, progress };
+  return { result: outcome.result as Result, progress, ...(steps.results.size > 0 ? { steps: steps.values() } : {}) };
 }
 
 /**

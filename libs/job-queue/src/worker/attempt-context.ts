@@ -5,6 +5,7 @@ import type { JobMiddleware } from '../core/middleware';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
 import type { ValidJob } from '../core/validate-job-spec';
+import { AttemptSteps, type StepStore } from './durable-steps';
 
 /*
  * The contexts of one attempt, made per job. Not object literals with getters: V8 makes each
@@ -23,13 +24,16 @@ export interface RunJobContext {
   middleware?: readonly JobMiddleware[];
   /** The attempt's transaction, for a `transaction: true` task. */
   manager?: EntityManager;
+  /** Where ctx.step() keeps its results (the worker's job_steps, runTask's memory). */
+  steps: StepStore;
 }
 
-/** What the handler context's getters read: the job, the worker's context, the logger once made. */
+/** What the handler context's getters read: the job, the worker's context, the logger once made, the steps once one ran. */
 interface Lazy {
   job: Job;
   context: RunJobContext;
   logger?: Logger;
+  steps?: AttemptSteps;
 }
 
 const LAZY = Symbol('lazy');
@@ -68,7 +72,9 @@ export interface AttemptFlow {
 /**
  * The handler's `ctx`: a plain object whose `logger` and `signal` are its own enumerable
  * getters (a spread of it copies them, as of the literal it replaces), in the same key order;
- * what they read is under a symbol that is not enumerable.
+ * what they read is under a symbol that is not enumerable. `step` is a plain property, a small
+ * closure per job (a handler may pass it around unbound); what steps need (the names used,
+ * the results recorded) is made at the first call.
  */
 export function handlerContext(job: Job, context: RunJobContext): JobContext {
   const ctx = {
@@ -86,7 +92,8 @@ export function handlerContext(job: Job, context: RunJobContext): JobContext {
       flowRef: job.flowRef,
     },
   } as JobContext;
-  Object.defineProperty(ctx, LAZY, { value: { job, context } satisfies Lazy });
+  const lazy: Lazy = { job, context };
+  Object.defineProperty(ctx, LAZY, { value: lazy });
   Object.defineProperty(ctx, 'logger', LOGGER);
   Object.defineProperty(ctx, 'signal', SIGNAL);
   ctx.addJob = context.addJob;
@@ -94,6 +101,8 @@ export function handlerContext(job: Job, context: RunJobContext): JobContext {
   ctx.dependencyResults = context.dependencyResults ?? NO_DEPENDENCIES;
   ctx.continueWith = context.continueWith ?? NO_CONTINUATION;
   ctx.manager = context.manager;
+  ctx.step = ((name: string, fn: unknown, options?: unknown) =>
+    (lazy.steps ??= new AttemptSteps(job, context.steps)).run(name, fn, options)) as JobContext['step'];
   return ctx;
 }
 
@@ -108,6 +117,7 @@ export class WorkerAttemptContext implements RunJobContext {
     readonly progress: JobContext['progress'],
     readonly middleware: readonly JobMiddleware[] | undefined,
     flow: AttemptFlow,
+    readonly steps: StepStore,
   ) {
     this.dependencyResults = () => flow.dependencyResults(running.job.id);
     this.continueWith = ((identifier: string, payload?: unknown, spec?: object) => flow.continueWith(running, identifier, payload, spec)) as JobContext['continueWith'];

@@ -13,6 +13,7 @@ import type { JobClsContext } from '../peers/job-cls-context';
 import type { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { WorkerAttemptContext, type AttemptFlow } from './attempt-context';
 import type { JobFlows } from '../service/job-flows';
+import { DatabaseStepStore } from './durable-steps';
 import { runAttempt } from './job-transaction';
 import { RunningJob } from './running-job';
 import { WorkerPart, type WorkerParts } from './worker-state';
@@ -32,6 +33,8 @@ export class Executor extends WorkerPart {
   private readonly addJob: JobContext['addJob'];
   /** What every handler's ctx.dependencyResults and ctx.continueWith call. */
   private readonly attemptFlow: AttemptFlow;
+  /** Where every handler's ctx.step() keeps its results (one for all: told the job each time). */
+  private readonly steps: DatabaseStepStore;
 
   constructor(
     parts: WorkerParts,
@@ -51,6 +54,7 @@ export class Executor extends WorkerPart {
         entry.continuation = flows.continuation(identifier, payload, spec);
       },
     };
+    this.steps = new DatabaseStepStore(this.db, this.options.maxJsonBytes);
   }
 
   launch(job: Job): void {
@@ -67,7 +71,7 @@ export class Executor extends WorkerPart {
       events.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
       entry.reportProgress(json, (written) => state.batcher.reportProgress(job.id, written));
     };
-    const context = new WorkerAttemptContext(entry, this.addJob, progress, this.options.middleware, this.attemptFlow);
+    const context = new WorkerAttemptContext(entry, this.addJob, progress, this.options.middleware, this.attemptFlow, this.steps);
     const workerId = this.membership.workerId;
     const complete = (manager: EntityManager, result: unknown) => this.completeInTransaction(manager, workerId, entry, result);
     const attempt = async () => {

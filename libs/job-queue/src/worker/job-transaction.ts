@@ -32,6 +32,7 @@ export function runAttempt(
         continueWith: context.continueWith,
         middleware: context.middleware,
         manager,
+        steps: context.steps,
       }),
     complete,
   );
