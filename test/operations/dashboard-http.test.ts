@@ -57,6 +57,14 @@ class HttpTasks {
     throw new Error('bucket full');
   }
 
+  /** Two durable steps: one returns the secret and markup, one (named with markup) returns nothing. */
+  @Task('steps_with_secret', { maxAttempts: 1 })
+  async stepsWithSecret(_payload: unknown, ctx: JobContext) {
+    await ctx.step('login', () => ({ token: SECRET, note: XSS.html }));
+    await ctx.step(XSS.attribute, () => undefined);
+    return 'done';
+  }
+
   /** A named queue's head that fails with its variant's error and code, retried in an hour: its queue is held up. */
   @Task('render_invoice', { maxAttempts: 5, retryDelay: () => 3_600_000 })
   renderInvoice(payload: { variant: 'xss' | 'twin' }) {
@@ -296,5 +304,20 @@ describe('dashboard over HTTP', () => {
       const known = new Set(baseline[name]);
       assert.deepEqual([...new Set(startTags(html).filter((tag) => !known.has(tag)))], [], `GET ${path || '/'}: no kind of tag the page had before the markup was added`);
     }
+  });
+
+  it("a job's page lists its durable steps in order, each result through redact, markup in a name or a result as text", async () => {
+    const job = await ctx.t.jobs.add('steps_with_secret', {});
+    await ctx.t.worker.runUntilIdle();
+    assert.equal(await dbRow(job.id), 'finished completed');
+    const html = await page(`/jobs/${job.id}`);
+    assertInert(html, `GET /jobs/${job.id}`);
+    const text = decoded(html);
+    assert.ok(!text.includes(SECRET), 'the secret is not on the page');
+    const steps = /<h2>Steps<\/h2>([\s\S]*?)<\/section>/.exec(text)?.[1] ?? '';
+    assert.ok(steps.includes('"token": "[redacted]"'), "the first step's result is shown, redacted");
+    assert.ok(steps.includes(JSON.stringify(XSS.html).slice(1, -1)), "the markup in its result is shown as text");
+    assert.ok(steps.indexOf('login') < steps.indexOf(XSS.attribute), 'the steps are listed in the order they were recorded, the name with markup as text');
+    assert.equal(steps.split('<pre class="step-result">').length - 1, 1, 'the step that returned nothing shows no result');
   });
 });

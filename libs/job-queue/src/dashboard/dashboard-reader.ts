@@ -49,6 +49,15 @@ export interface ScheduleView {
   registeredAt: Date | null;
 }
 
+/** A durable step a job's handler recorded (ctx.step). */
+export interface JobStepView {
+  name: string;
+  /** When its result was recorded. */
+  createdAt: Date;
+  /** What the step returned (undefined for nothing). */
+  result: unknown;
+}
+
 /** What the dashboard's pages read, beyond JobQueueService's lists and counts. */
 @Injectable()
 export class DashboardReader {
@@ -122,6 +131,12 @@ export class DashboardReader {
       nextTick: nextTick(row.expression, row.time_zone, row.last_execution && row.last_execution > now ? row.last_execution : now),
       registeredAt: row.registered_at,
     }));
+  }
+
+  /** The durable steps job `id` recorded, in the order they were recorded (none for a job that has none, or is gone). */
+  async steps(id: string): Promise<JobStepView[]> {
+    const rows = await this.db.run<{ name: string; created_at: Date; result: string | null }>('listJobSteps', [id]);
+    return rows.map((row) => ({ name: row.name, createdAt: row.created_at, result: row.result === null ? undefined : JSON.parse(row.result) }));
   }
 
   /** The jobs with these ids (none for an empty list). */

@@ -67,9 +67,12 @@ export class DashboardController {
 
   @Get('jobs/:id')
   async job(@Req() request: HttpRequest, @Res({ passthrough: true }) response: unknown, @Param('id') id: string, @Query() params: Record<string, string>): Promise<string> {
-    const job = JOB_ID.test(id) ? await this.reader.jobs.getJob(id) : null;
+    if (!JOB_ID.test(id)) throw new NotFoundException(`job ${id} not found`);
+    const [job, steps] = await Promise.all([this.reader.jobs.getJob(id), this.reader.steps(id)]);
     if (!job) throw new NotFoundException(`job ${id} not found`);
-    return jobPage(this.page(request, response, 2, params), this.redacted([job])[0]);
+    // each step's result goes through redact as the job's result would (a copy of the job carrying it)
+    const redactedSteps = steps.map((step) => ({ ...step, result: this.options.redact({ ...job, result: step.result }).result }));
+    return jobPage(this.page(request, response, 2, params), this.redacted([job])[0], redactedSteps);
   }
 
   @Get('cron')

@@ -18,7 +18,8 @@ export interface JobQueueDashboardOptions {
   readOnly?: boolean;
   /**
    * What the dashboard shows of a job: return a copy with sensitive fields of its payload,
-   * result, progress or errors replaced. Called for every job a page shows.
+   * result, progress or errors replaced. Called for every job a page shows, and for each
+   * durable step the job page lists, with a copy of the job whose `result` is the step's.
    */
   redact?: (job: Job) => Job;
 }

@@ -1,12 +1,13 @@
 import type { Job } from '../../core/job';
+import type { JobStepView } from '../dashboard-reader';
 import { html, type Html } from '../html';
 import { badge, duration, json, when } from './format';
 import { action, layout, type PageContext } from './layout';
 
 const UNFINISHED = ['waiting', 'scheduled', 'running', 'retrying'];
 
-/** One job: its actions, facts, payload, result, progress and every failed attempt. `job` is already redacted. */
-export function jobPage(page: PageContext, job: Job): string {
+/** One job: its actions, facts, payload, result, durable steps, progress and every failed attempt. `job` and `steps` are already redacted. */
+export function jobPage(page: PageContext, job: Job, steps: JobStepView[] = []): string {
   const held = job.lockedBy !== null;
   const actions: Html[] = [];
   if (job.state === 'failed' || job.state === 'cancelled') actions.push(action(page, `jobs/${job.id}/retry`, 'Retry', { primary: true }));
@@ -29,6 +30,11 @@ export function jobPage(page: PageContext, job: Job): string {
   <div>
     <section class="panel"><h2>Payload</h2><pre class="payload">${json(job.payload)}</pre></section>
     ${job.state === 'completed' ? html`<section class="panel"><h2>Result</h2><pre class="result">${json(job.result)}</pre></section>` : ''}
+    ${steps.length === 0 ? '' : html`<section class="panel steps"><h2>Steps</h2>
+      <table><thead><tr><th>Step</th><th>Recorded</th><th>Result</th></tr></thead><tbody>
+      ${steps.map((step) => html`<tr><td class="mono">${step.name}</td><td>${when(step.createdAt)}</td><td>${step.result === undefined
+        ? html`<span class="muted">—</span>` : html`<pre class="step-result">${json(step.result)}</pre>`}</td></tr>`)}
+      </tbody></table></section>`}
     <section class="panel attempts"><h2>Attempts</h2>
     ${job.errors.length === 0
       ? html`<div class="empty">${job.attempts === 0 ? 'Not run yet.' : 'No attempt failed.'}</div>`
