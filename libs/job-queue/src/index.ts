@@ -19,7 +19,7 @@ export { OnJobEvent } from './decorators/on-job-event.decorator';
 export { OnQueueEvent, type OnQueueEventOptions } from './decorators/on-queue-event.decorator';
 export type { JobContext, JobInfo, CronPayload, TransactionalJobContext, StepOptions } from './core/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
-export { PermanentJobError, SnoozeJob } from './core/handler-outcomes';
+export { PermanentJobError, SnoozeJob, BatchJobFailure } from './core/handler-outcomes';
 export type { JobMiddleware, JobMiddlewareContext } from './core/middleware';
 export { JobQueueMaintenance } from './maintenance/maintenance';
 export type { JobQueueEvent, JobQueueEventType, JobQueueEventOf } from './core/events';

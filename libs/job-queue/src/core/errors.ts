@@ -44,6 +44,7 @@ export type JobQueueErrorCode =
   | 'JQ_JOB_FAILED_FOR_GOOD'
   | 'JQ_JOB_SNOOZED'
   | 'JQ_TRANSACTION_MISUSED'
+  | 'JQ_BATCH_FAILED'
   // durable steps (ctx.step)
   | 'JQ_DUPLICATE_STEP'
   | 'JQ_INVALID_STEP'

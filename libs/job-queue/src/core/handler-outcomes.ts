@@ -1,5 +1,6 @@
 import { checkDuration } from './duration';
 import { JobQueueError } from './errors';
+import { errorMessage } from './job-outcome';
 
 /** The longest snooze: a year. */
 const MAX_SNOOZE_MS = 366 * 24 * 3_600_000;
@@ -29,4 +30,48 @@ export class SnoozeJob extends JobQueueError {
     super('JQ_JOB_SNOOZED', reason ?? `snoozed for ${delayMs} ms`);
     this.delayMs = delayMs;
   }
+}
+
+/** How many of a batch's failed elements its message describes; the rest are counted. */
+const DESCRIBED_FAILURES = 10;
+
+/**
+ * The outcome of a batch job's attempt in which some elements failed: its payload is an
+ * array, its handler returned an array with one promise per element, and some of them
+ * rejected. The attempt counts as failed (code JQ_BATCH_FAILED), and the job is retried with
+ * `payload`, only the elements whose promise rejected (in order): those that succeeded never
+ * run again. `payload` is undefined when the job's payload is not an array as long as what
+ * the handler returned: the whole job is retried then. `errors`: what each rejected with.
+ */
+export class BatchJobFailure extends JobQueueError {
+  constructor(
+    readonly payload: unknown[] | undefined,
+    readonly errors: unknown[],
+    elements: number,
+  ) {
+    const described = errors.slice(0, DESCRIBED_FAILURES).map((error) => errorMessage(error));
+    const more = errors.length > DESCRIBED_FAILURES ? `; and ${errors.length - DESCRIBED_FAILURES} more` : '';
+    super('JQ_BATCH_FAILED', `${errors.length} of ${elements} elements of the batch failed: ${described.join('; ')}${more}`);
+  }
+}
+
+const isThenable = (value: unknown): value is PromiseLike<unknown> =>
+  value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function';
+
+/**
+ * A handler's return value that is an array (the caller checks Array.isArray, so that other
+ * results cost nothing): with no promise in it, the array as it is. Otherwise every element is
+ * awaited (Promise.allSettled): all resolved gives the array of their values, the job's
+ * result; any rejected throws a BatchJobFailure carrying the elements of `payload` whose
+ * promises rejected.
+ */
+export async function settleBatch(payload: unknown, result: unknown[]): Promise<unknown[]> {
+  if (!result.some(isThenable)) return result;
+  const settled = await Promise.allSettled(result);
+  const failed: number[] = [];
+  for (const [index, outcome] of settled.entries()) if (outcome.status === 'rejected') failed.push(index);
+  if (failed.length === 0) return settled.map((outcome) => (outcome as PromiseFulfilledResult<unknown>).value);
+  const errors = failed.map((index) => (settled[index] as PromiseRejectedResult).reason);
+  const elements = Array.isArray(payload) && payload.length === result.length ? failed.map((index) => payload[index]) : undefined;
+  throw new BatchJobFailure(elements, errors, result.length);
 }

@@ -20,6 +20,9 @@ const heldBy = (j: string, worker: string) => `${j}.locked_by is not distinct fr
 /** A field of the failure releaseJobs was given for row `j` ($5, by id), as text. */
 const failure = (j: string, field: 'message' | 'code' | 'delay_ms') => `($5::jsonb -> ${j}.id::text ->> '${field}')`;
 
+/** Row `j`'s payload from now on: the one its failure brought (a batch job's failed elements), else its own. */
+const payloadAfter = (j: string) => `coalesce($5::jsonb -> ${j}.id::text -> 'payload', ${j}.payload)`;
+
 export function createReleaseQueries(s: string, channel: string, finished: string, events: string) {
   /**
    * Deletes the durable steps of the jobs `ids` (a select of ids) when `when` holds: a
@@ -53,7 +56,8 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
      *   retention says). A success not kept takes its durable steps (job_steps) along (`unkept`).
      * - The other failures ($4 ids; $5 a jsonb object by id of `{message, code, delay_ms}`) are
      *   unlocked with the error appended to `errors` (the latest MAX_KEPT_ERRORS kept), run_at
-     *   moved (their queue place kept in first_run_at). Two codes steer the outcome (worker/handler-outcomes.ts):
+     *   moved (their queue place kept in first_run_at). A failure that brings a `payload` (a batch
+     *   job's elements that failed) replaces the job's payload, kept or retried. Two codes steer the outcome (core/handler-outcomes.ts):
      *   JQ_JOB_FAILED_FOR_GOOD ends the job failed whatever attempts it has left; JQ_JOB_SNOOZED
      *   retries it with its attempt given back, even on its last one.
      * - Jobs still running get their start mark ($6: prefetched jobs whose handlers began
@@ -119,6 +123,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
         attempts: `case when f.state = 'cancelled' and f.started_at is null then greatest(f.attempts - 1, 0) else f.attempts end`,
         // a prefetched job that finished before its start mark was written started about now
         startedAt: `case when f.state = 'cancelled' then f.started_at else coalesce(f.started_at, now()) end`,
+        payload: `case when f.state = 'failed' then ${payloadAfter('f')} else f.payload end`,
         where: `f.state <> 'completed' or $9::boolean or f.flow_id is not null`,
       })}
       ),
@@ -128,6 +133,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
           last_error = ${failure('j', 'message')},
           errors = ${withError('j.errors', `jsonb_build_object('at', now(), 'attempt', j.attempts, 'message', ${failure('j', 'message')}, 'code', ${failure('j', 'code')})`)},
           progress = coalesce($8::jsonb -> j.id::text, j.progress),
+          payload = ${payloadAfter('j')},
           first_run_at = coalesce(j.first_run_at, j.run_at),
           started_at = coalesce(j.started_at, now()),
           run_at = now() + (${failure('j', 'delay_ms')})::float8 * interval '1 millisecond',

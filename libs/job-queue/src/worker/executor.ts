@@ -1,11 +1,11 @@
 import { Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
-import { PermanentJobError, SnoozeJob } from '../core/handler-outcomes';
+import { BatchJobFailure, PermanentJobError, SnoozeJob } from '../core/handler-outcomes';
 import type { Job } from '../core/job';
 import type { JobContext } from '../core/job-context';
 import { errorCode, errorMessage, type JobOutcome } from '../core/job-outcome';
-import { progressToJson, toJsonText } from '../core/json';
+import { MAX_JSON_BYTES_LIMIT, progressToJson, toJsonText } from '../core/json';
 import { keepsCompleted } from '../core/options';
 import { defaultRetryDelayMs } from '../core/retry-delay';
 import type { RegisteredTask } from '../discovery/task-registry';
@@ -240,7 +240,7 @@ export class Executor extends WorkerPart {
     }
     const forGood = error instanceof PermanentJobError;
     const delayMs = forGood ? 0 : retryDelay(task.options.retryDelay, job.attempts, error);
-    batcher.fail({ id: job.id, error: message, code: errorCode(error), delayMs, progress });
+    batcher.fail({ id: job.id, error: message, code: errorCode(error), delayMs, progress, payload: batchPayload(error) });
     if (forGood || job.attempts >= job.maxAttempts) {
       this.logger.error(`Job ${job.id} (${job.taskIdentifier}) failed for good after ${job.attempts} attempt(s): ${message}`);
       events.emit({ type: 'job:failed', job, error, durationMs });
@@ -265,6 +265,20 @@ export class Executor extends WorkerPart {
       { notJson: 'JQ_RESULT_NOT_JSON', tooLarge: 'JQ_RESULT_TOO_LARGE' },
       'null',
     );
+  }
+}
+
+/**
+ * The payload a failed batch job keeps (JSON text): the elements that failed. Undefined for any
+ * other failure, and for elements JSON cannot carry any more (the handler changed them): the
+ * job then keeps its whole payload.
+ */
+function batchPayload(error: unknown): string | undefined {
+  if (!(error instanceof BatchJobFailure) || error.payload === undefined) return undefined;
+  try {
+    return toJsonText(error.payload, 'the failed elements of a batch', MAX_JSON_BYTES_LIMIT, { notJson: 'JQ_INVALID_PAYLOAD', tooLarge: 'JQ_PAYLOAD_TOO_LARGE' }, 'null');
+  } catch {
+    return undefined;
   }
 }
 

@@ -8,13 +8,18 @@ export interface Completion {
   progress?: string;
 }
 
-/** A failed attempt: the error's message and code, the retry delay (used if attempts are left), the last progress. */
+/**
+ * A failed attempt: the error's message and code, the retry delay (used if attempts are left),
+ * the last progress, and the payload the job keeps from now on (JSON text), if it changes (a
+ * batch job keeps the elements that failed).
+ */
 export interface Failure {
   id: string;
   error: string;
   code: string | null;
   delayMs: number;
   progress?: string;
+  payload?: string;
 }
 
 /** One flush: finished jobs, start marks of prefetched jobs, and progress of running jobs (JSON text). */
@@ -61,7 +66,8 @@ const FLUSH_DELAY_MS = 1;
 const FLUSH_MAX_CHARS = MAX_JSON_BYTES_LIMIT;
 
 /** The JSON text a finished job brings to a flush, in characters (a little for its id and keys). */
-const textOf = (job: Completion | Failure) => ('result' in job ? (job.result?.length ?? 0) : job.error.length) + (job.progress?.length ?? 0) + 64;
+const textOf = (job: Completion | Failure) =>
+  ('result' in job ? (job.result?.length ?? 0) : job.error.length + (job.payload?.length ?? 0)) + (job.progress?.length ?? 0) + 64;
 
 /** How many of `jobs`, from the first, fit in `room` characters (the first always, if `first`); and the room left. */
 function fitting(jobs: Array<Completion | Failure>, room: number, first: boolean): [number, number] {

@@ -27,7 +27,11 @@ export function releaseParameters(
   for (const job of [...completed, ...failed]) if (job.progress !== undefined) progressOf.set(job.id, job.progress);
   const results: Array<[string, string]> = [];
   for (const { id, result } of completed) if (result !== null) results.push([id, result]);
-  const failures: Array<[string, string]> = failed.map((f) => [f.id, JSON.stringify({ message: f.error, code: f.code, delay_ms: f.delayMs })]);
+  const failures: Array<[string, string]> = failed.map((f) => {
+    const json = JSON.stringify({ message: f.error, code: f.code, delay_ms: f.delayMs });
+    // a new payload is JSON text already: spliced in as it is
+    return [f.id, f.payload === undefined ? json : `${json.slice(0, -1)},"payload":${f.payload}}`];
+  });
   return [
     workerId,
     completed.map((c) => c.id),
