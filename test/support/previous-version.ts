@@ -1,6 +1,6 @@
 /**
  * A previous version of the library, for upgrade tests: the package as it was at commit
- * PREVIOUS_VERSION (or FIRST_RELEASE, LIFECYCLE_VERSION, OPERATIONS_VERSION), packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
+ * PREVIOUS_VERSION (or FIRST_RELEASE, LIFECYCLE_VERSION, OPERATIONS_VERSION, QUEUE_HEADS_VERSION, EVENTS_VERSION), packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
  * test/fixtures/pack-previous-version.sh and kept in the repository, installed into an app
  * folder of its own without the network; and worker processes of the app
  * test/fixtures/old-worker.js running on it (see that file for its tasks and commands).
@@ -28,7 +28,7 @@ export const LIFECYCLE_VERSION = '38ce51d';
 export const OPERATIONS_VERSION = 'f2489f6';
 /** The last commit before migration EventListeners1764200000000 (it also has ClaimByQueueHeads1764100000000). */
 export const QUEUE_HEADS_VERSION = '6521d3b';
-/** The last commit before migration Flows1764300000000 (it also has EventListeners1764200000000). */
+/** The last commit before migrations Flows1764300000000 and JobStepsAndBatches1764400000000 (it also has EventListeners1764200000000). */
 export const EVENTS_VERSION = '9ca3c3e';
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
