@@ -34,6 +34,7 @@ interface Lazy {
   context: RunJobContext;
   logger?: Logger;
   steps?: AttemptSteps;
+  step?: JobContext['step'];
 }
 
 const LAZY = Symbol('lazy');
@@ -57,6 +58,33 @@ const SIGNAL: PropertyDescriptor = {
   configurable: true,
 };
 
+// ctx.step: made on first use, bound to its attempt (a handler may pass it around unbound).
+const STEP: PropertyDescriptor = {
+  get(this: WithLazy) {
+    const lazy = this[LAZY];
+    return (lazy.step ??= ((name: string, fn: unknown, options?: unknown) =>
+      (lazy.steps ??= new AttemptSteps(lazy.job, lazy.context.steps)).run(name, fn, options)) as JobContext['step']);
+  },
+  enumerable: true,
+  configurable: true,
+};
+
+// ctx.dependencyResults and ctx.continueWith: the attempt's, made when read (most handlers never do).
+const DEPENDENCY_RESULTS: PropertyDescriptor = {
+  get(this: WithLazy) {
+    return this[LAZY].context.dependencyResults ?? NO_DEPENDENCIES;
+  },
+  enumerable: true,
+  configurable: true,
+};
+const CONTINUE_WITH: PropertyDescriptor = {
+  get(this: WithLazy) {
+    return this[LAZY].context.continueWith ?? NO_CONTINUATION;
+  },
+  enumerable: true,
+  configurable: true,
+};
+
 const NO_DEPENDENCIES: JobContext['dependencyResults'] = async () => ({});
 const NO_CONTINUATION: JobContext['continueWith'] = () => {
   throw new JobQueueError('JQ_INVALID_FLOW', 'continueWith needs a worker: this attempt has no job row to continue');
@@ -70,13 +98,17 @@ export interface AttemptFlow {
 }
 
 /**
- * The handler's `ctx`: a plain object whose `logger` and `signal` are its own enumerable
- * getters (a spread of it copies them, as of the literal it replaces), in the same key order;
- * what they read is under a symbol that is not enumerable. `step` is a plain property, a small
- * closure per job (a handler may pass it around unbound); what steps need (the names used,
- * the results recorded) is made at the first call.
+ * The handler's `ctx`: a plain object of data properties (made in one literal), and `logger`,
+ * `signal`, `dependencyResults`, `continueWith` and `step` as its own enumerable getters (a
+ * spread of it copies them) that make what they return on first read: most handlers read none
+ * of them, and a closure or two per job was a measurable part of a drain (docs/benchmark.md).
+ * What the getters read is under a symbol that is not enumerable. What they return works
+ * unbound (a handler may destructure them); what steps need (the names used, the results
+ * recorded) is made at the first call of `step`.
  */
 export function handlerContext(job: Job, context: RunJobContext): JobContext {
+  const lazy: Lazy = { job, context };
+  // Every data property in the literal, so that V8 lays them all out in the object at once.
   const ctx = {
     job: {
       id: job.id,
@@ -91,36 +123,39 @@ export function handlerContext(job: Job, context: RunJobContext): JobContext {
       flowId: job.flowId,
       flowRef: job.flowRef,
     },
+    addJob: context.addJob,
+    progress: context.progress,
+    manager: context.manager,
   } as JobContext;
-  const lazy: Lazy = { job, context };
   Object.defineProperty(ctx, LAZY, { value: lazy });
   Object.defineProperty(ctx, 'logger', LOGGER);
   Object.defineProperty(ctx, 'signal', SIGNAL);
-  ctx.addJob = context.addJob;
-  ctx.progress = context.progress;
-  ctx.dependencyResults = context.dependencyResults ?? NO_DEPENDENCIES;
-  ctx.continueWith = context.continueWith ?? NO_CONTINUATION;
-  ctx.manager = context.manager;
-  ctx.step = ((name: string, fn: unknown, options?: unknown) =>
-    (lazy.steps ??= new AttemptSteps(job, context.steps)).run(name, fn, options)) as JobContext['step'];
+  Object.defineProperty(ctx, 'dependencyResults', DEPENDENCY_RESULTS);
+  Object.defineProperty(ctx, 'continueWith', CONTINUE_WITH);
+  Object.defineProperty(ctx, 'step', STEP);
   return ctx;
 }
 
 /** The worker's context of one attempt: its signal is its running job's, read (and so made) only when the handler first asks. */
 export class WorkerAttemptContext implements RunJobContext {
-  readonly dependencyResults: JobContext['dependencyResults'];
-  readonly continueWith: JobContext['continueWith'];
-
   constructor(
     private readonly running: { readonly signal: AbortSignal; readonly job: Job; continuation?: ValidJob },
     readonly addJob: JobContext['addJob'],
     readonly progress: JobContext['progress'],
     readonly middleware: readonly JobMiddleware[] | undefined,
-    flow: AttemptFlow,
+    private readonly flow: AttemptFlow,
     readonly steps: StepStore,
-  ) {
-    this.dependencyResults = () => flow.dependencyResults(running.job.id);
-    this.continueWith = ((identifier: string, payload?: unknown, spec?: object) => flow.continueWith(running, identifier, payload, spec)) as JobContext['continueWith'];
+  ) {}
+
+  // Made when read (handlerContext reads them once): no closure per job in the constructor.
+  get dependencyResults(): JobContext['dependencyResults'] {
+    const { flow, running } = this;
+    return () => flow.dependencyResults(running.job.id);
+  }
+
+  get continueWith(): JobContext['continueWith'] {
+    const { flow, running } = this;
+    return ((identifier: string, payload?: unknown, spec?: object) => flow.continueWith(running, identifier, payload, spec)) as JobContext['continueWith'];
   }
 
   get signal(): AbortSignal {

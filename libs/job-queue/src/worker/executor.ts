@@ -74,13 +74,8 @@ export class Executor extends WorkerPart {
     const context = new WorkerAttemptContext(entry, this.addJob, progress, this.options.middleware, this.attemptFlow, this.steps);
     const workerId = this.membership.workerId;
     const complete = (manager: EntityManager, result: unknown) => this.completeInTransaction(manager, workerId, entry, result);
-    const attempt = async () => {
-      const outcome = await runAttempt(task, job, context, this.db.dataSource, complete);
-      // A continuation is written with the completion, in one transaction: the batcher cannot.
-      if (outcome.ok && !outcome.completedInTransaction && entry.continuation) return this.completeContinued(outcome.result, complete);
-      return outcome;
-    };
-    entry.done = this.telemetry.traceAttempt(job, () => this.clsContext.run(attempt)).then((outcome) => {
+    const attempt = () => runAttempt(task, job, context, this.db.dataSource, complete);
+    const ended = (outcome: JobOutcome): void => {
       entry.settled();
       const committed = outcome.ok && outcome.completedInTransaction === true;
       if (entry.lost) {
@@ -101,7 +96,13 @@ export class Executor extends WorkerPart {
       } finally {
         this.slotFreed(entry.durationMs);
       }
-    });
+    };
+    // A continuation (ctx.continueWith) is written with the completion, in one transaction of its
+    // own: the batcher cannot. Checked here rather than in an async wrapper of the attempt, which
+    // would cost every job a promise.
+    entry.done = this.telemetry
+      .traceAttempt(job, () => this.clsContext.run(attempt))
+      .then((outcome) => (outcome.ok && !outcome.completedInTransaction && entry.continuation ? this.completeContinued(outcome.result, complete).then(ended) : ended(outcome)));
     state.running.set(job.id, entry);
   }
 
