@@ -86,13 +86,14 @@ export function createFlowFunctions(schema: string): string[] {
        end if;
        -- One lock order (by id) for every transaction that settles: none waits for another in a circle.
        perform 1 from ${s}.blocked_jobs b where b.id = any(v_dependents || coalesce(v_doomed, '{}')) order by b.id for update;
-       with counted as (
-         update ${s}.blocked_jobs b set pending = b.pending - c.n
-         from unnest(v_dependents, v_counts) as c(id, n)
-         where b.id = c.id and not (b.id = any(coalesce(v_doomed, '{}')))
-         returning b.id, b.pending
-       )
-       select array_agg(id) filter (where pending <= 0) into v_ready from counted;
+       -- Under those locks this statement reads the latest counts: the jobs whose last dependencies
+       -- these are move at once (their count is never written), the others are counted down.
+       select array_agg(b.id) filter (where b.pending <= c.n) into v_ready
+       from ${s}.blocked_jobs b join unnest(v_dependents, v_counts) as c(id, n) on b.id = c.id
+       where not (b.id = any(coalesce(v_doomed, '{}')));
+       update ${s}.blocked_jobs b set pending = b.pending - c.n
+       from unnest(v_dependents, v_counts) as c(id, n)
+       where b.id = c.id and not (b.id = any(coalesce(v_doomed, '{}'))) and not (b.id = any(coalesce(v_ready, '{}')));
        if v_doomed is not null then
          with gone as (delete from ${s}.blocked_jobs b where b.id = any(v_doomed) returning b.*)
          insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
@@ -316,9 +317,11 @@ export function createFlowFunctions(schema: string): string[] {
          returning id, run_at, created_at
        ),
        notified as (select pg_notify('${jobs}', '') from roots r where r.run_at <= now() limit 1)
+       -- joined as the CTE itself (at most one row), never as an aggregate of it: a join to a subquery
+       -- known to give one row whose columns go unused is removed by the planner, and the NOTIFY with it
        select i.ref, i.id, w.id is not null, coalesce(r.run_at, w.run_at), coalesce(r.created_at, w.created_at)
        from ided i left join roots r on r.id = i.id left join waiting w on w.id = i.id
-       left join (select count(*) as n from notified) told on true
+       left join notified on true
        order by i.ord;
      end;
      $fn$`,
@@ -349,7 +352,7 @@ export function createFlowFunctions(schema: string): string[] {
          returning id
        ),
        told as (select pg_notify('${finished}', string_agg(k.id::text, ',')) from kept k having count(*) > 0)
-       select k.id from kept k left join (select count(*) from told) t on true;
+       select k.id from kept k left join told on true;
      end;
      $fn$`,
 
@@ -392,9 +395,10 @@ export function createFlowFunctions(schema: string): string[] {
        v_finished bigint[];
      begin
        with lost as (
+         -- only a running flow can have an edge left to settle: its edges by flow, not a walk of every edge
          select distinct on (e.dependency_id) e.dependency_id as id, e.flow_id, e.dependency_ref
-         from ${s}.job_dependencies e
-         where e.state is null
+         from ${s}.flows f join ${s}.job_dependencies e on e.flow_id = f.id
+         where f.state = 'running' and e.state is null
            and not exists (select 1 from ${s}.jobs j where j.id = e.dependency_id)
            and not exists (select 1 from ${s}.blocked_jobs b where b.id = e.dependency_id)
          limit max_jobs

@@ -14,7 +14,9 @@ import { quoteIdentifier } from './names';
  *   count reaches zero, or for `finished_jobs` when a dependency failed under the `fail` policy.
  * - `job_dependencies`: the edges (job, dependency), with the dependent's policy for a failed
  *   dependency, and, once the dependency finished, its state, result and error
- *   (`ctx.dependencyResults()` reads them here, whatever the retention).
+ *   (`ctx.dependencyResults()` reads them here, whatever the retention). No index covers
+ *   `state`, and half of each page is left free (fillfactor 50, as in blocked_jobs, whose
+ *   count is updated), so that settling an edge is a HOT update: no index write.
  * - `flows`: one row per flow of more than one job, with `unfinished`, the count of its jobs
  *   not finished yet, and its state once none is.
  * - `jobs.flow_id`, `jobs.flow_ref` and the same in `finished_jobs`: a job's flow and its step.
@@ -75,7 +77,7 @@ export function createFlowsMigration(schema: string): new () => JobQueueMigratio
           flow_ref text,
           pending integer not null,
           created_at timestamptz not null default now()
-        )`);
+        ) with (fillfactor = 50)`);
       await q.query(`create index if not exists blocked_jobs_flow_idx on ${s}.blocked_jobs (flow_id)`);
       await q.query(`
         create table if not exists ${s}.job_dependencies (
@@ -89,9 +91,8 @@ export function createFlowsMigration(schema: string): new () => JobQueueMigratio
           error text,
           settled_at timestamptz,
           primary key (job_id, dependency_ref)
-        )`);
+        ) with (fillfactor = 50)`);
       await q.query(`create index if not exists job_dependencies_dependency_idx on ${s}.job_dependencies (dependency_id)`);
-      await q.query(`create index if not exists job_dependencies_unsettled_idx on ${s}.job_dependencies (dependency_id) where state is null`);
       await q.query(`create index if not exists job_dependencies_flow_idx on ${s}.job_dependencies (flow_id)`);
       await q.query(`create index if not exists finished_jobs_flow_idx on ${s}.finished_jobs (flow_id) where flow_id is not null`);
       await createIndex(q, context, schema, 'jobs_flow_idx', `jobs (flow_id) where flow_id is not null`);

@@ -4,7 +4,7 @@
  * server started durable), each on a fresh database of its own, for ROUNDS rounds in turn:
  * first the systems' add() one at a time and addMany(), interleaved (adds-interleaved.ts), then
  * each system's other lines; this library's drain with and without a history of completed
- * jobs (suite.ts); and its scale lines: several worker processes, and with SCALE=1 a big
+ * jobs (suite.ts), and its flows against plain jobs (flows.ts); and its scale lines: several worker processes, and with SCALE=1 a big
  * backlog (scale.ts).
  * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES, SCALE, BACKLOG
  * (env, or `npm run bench -- JOBS=2000 --scale`). Progress goes to stderr, the report to stdout.
@@ -14,6 +14,7 @@ import { measureAddsInterleaved } from './adds-interleaved';
 import { readBenchConfig, UsageError, type BenchConfig } from './config';
 import { dropDatabase, openPostgresServer, readServerSettings, recreateDatabase, type PostgresServer, type ServerSettings } from './database';
 import { printReport, type RoundResult } from './report';
+import { runFlowLines } from './flows';
 import { runScale } from './scale';
 import { runSqlLimit } from './sql-limit';
 import { runSuite, type Progress, type QueueUnderTest, type SuiteResult, type WorkerMode } from './suite';
@@ -24,6 +25,7 @@ const OUR_DATABASE = 'bench_jq';
 const THEIR_DATABASE = 'bench_gw';
 const SQL_DATABASE = 'bench_sql';
 const SCALE_DATABASE = 'bench_scale';
+const FLOW_DATABASE = 'bench_flows';
 
 const progress = (message: string) => console.error(`[bench] ${message}`);
 
@@ -41,15 +43,16 @@ async function main(): Promise<void> {
       const adds = await measureAddsInterleaved(server.url, { ours: OUR_DATABASE, theirs: THEIR_DATABASE, raw: SQL_DATABASE }, config, step);
       // Ours first of the suites in each round: in the first it pays for warming up the shared pg driver.
       const ours = await benchOn(server, OUR_DATABASE, ['default'], config, openNestJobQueue, step);
+      const flows = await runFlowLines(await recreateDatabase(server.url, FLOW_DATABASE), config, step);
       const theirs = await benchOn(server, THEIR_DATABASE, ['default', 'batched'], config, openGraphileWorker, step);
       const sqlLimit = await runSqlLimit(await recreateDatabase(server.url, SQL_DATABASE), config, step);
       const scale = config.processes > 0 || config.scale ? await runScale(await recreateDatabase(server.url, SCALE_DATABASE), config, step) : undefined;
-      rounds.push({ adds, ours, theirs, sqlLimit, scale });
+      rounds.push({ adds, ours, flows, theirs, sqlLimit, scale });
       progress(`round ${round}/${config.rounds} took ${((performance.now() - started) / 1000).toFixed(0)} s`);
     }
     printReport(config, { server: server.description, settings, graphileWorkerVersion: graphileWorkerVersion() }, rounds);
   } finally {
-    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
+    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE, FLOW_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
     await server.stop();
   }
 }

@@ -4,6 +4,8 @@ import type { BenchConfig } from './config';
 import type { ServerSettings } from './database';
 import { cell, medianOf, perRound, printGrid, values, type Kind } from './report-format';
 import { printScale } from './report-scale';
+import type { FlowResult } from './flows';
+import { printFlows } from './report-flows';
 import type { ScaleResult } from './scale';
 import type { SqlLimitResult } from './sql-limit';
 import type { Latency, SuiteResult, WorkerMode } from './suite';
@@ -19,6 +21,8 @@ export interface RoundResult {
   /** add() one at a time of the three systems and addMany() of the two queues, measured interleaved in one phase. */
   adds: AddsResult;
   ours: SuiteResult;
+  /** nestjs-job-queue's flows against as many plain jobs (flows.ts). */
+  flows: FlowResult;
   theirs: SuiteResult;
   sqlLimit: SqlLimitResult;
   /** Absent with PROCESSES=0 and without SCALE=1. */
@@ -86,6 +90,8 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   );
   console.log('');
   printLifecycle(config, rounds);
+  console.log('');
+  printFlows(rounds.map((r) => r.flows));
   const scale = rounds.flatMap((r) => (r.scale ? [r.scale] : []));
   if (scale.length > 0) {
     console.log('');

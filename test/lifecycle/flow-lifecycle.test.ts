@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { PermanentJobError, Task, type JobContext, type QueueEvent } from '../../libs/job-queue/src';
 import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
+import { NotificationRecorder } from '../support/notifications';
 import { waitFor, waitForValue } from '../support/wait';
 
 /** Jobs whose handler waits until the test lets it go (by its ref). */
@@ -69,6 +70,25 @@ describe('flows: events, retention and SQL', () => {
     assert.equal(await c.t.jobs.getJob(flow.jobs.b.id), null);
     await waitForValue(c.sql, "c to fail, b's deletion settled by the sweep", 'select last_error from job_queue.finished_jobs where id = $1', 'JQ_DEPENDENCY_FAILED: b was cancelled', [flow.jobs.c.id]);
     await c.t.jobs.cancelFlow(flow.flowId);
+  });
+
+  it('addFlow wakes the workers (a NOTIFY on the jobs channel for its roots), and completeJobs tells waitForJob at once', async () => {
+    const jobsChannel = await NotificationRecorder.listen(c.db.url, 'job_queue:jobs');
+    try {
+      await jobsChannel.barrier();
+      const later = new Date(Date.now() + 3_600_000);
+      const flow = await c.t.jobs.addFlow([{ ref: 'a', identifier: 'flow_step', runAt: later }, { ref: 'b', identifier: 'flow_step', dependsOn: ['a'] }]);
+      assert.deepEqual(await jobsChannel.barrier(), [], 'a root not due yet wakes nobody');
+      await c.t.jobs.addFlow([{ ref: 'now', identifier: 'flow_step' }]);
+      assert.deepEqual(await jobsChannel.barrier(), [''], 'a due root wakes the workers');
+      // waitForJob reads a job again only when the finished channel names it: completeJobs must
+      const waited = c.t.jobs.waitForJob(flow.jobs.a.id, { timeout: 20_000 });
+      await c.t.jobs.completeJobs([flow.jobs.a.id], { result: { ok: 1 } });
+      assert.deepEqual((await waited).result, { ok: 1 });
+      assert.deepEqual((await c.t.jobs.waitForFlow(flow.flowId, { timeout: 20_000 })).a, { ok: 1 });
+    } finally {
+      await jobsChannel.end();
+    }
   });
 
   it('add_flow(jsonb) starts a flow from SQL (a trigger), and refuses a bad one with JQ_INVALID_FLOW', async () => {
