@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable, Module, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { isJobQueueError, Task, type Job } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
-import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestAppContext } from '../support/app';
+import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type TestAppContext } from '../support/app';
 import { waitForValue } from '../support/wait';
 
 const SECRET = 'sk_live_do_not_show';
@@ -77,7 +77,7 @@ function rawRequest(port: number, text: string): Promise<string> {
  * absolute request-target, a refusing guard on every method, and a guard class with
  * dependencies of the app.
  */
-describe('dashboard hardening', () => {
+for (const platform of PLATFORMS) describe(`dashboard hardening (${platform})`, () => {
   let ctx: TestAppContext;
   let base: string;
 
@@ -85,7 +85,7 @@ describe('dashboard hardening', () => {
     ctx = await openTestApp('dashboard_hardening', {
       providers: [HardeningTasks],
       imports: [JobQueueDashboardModule.forRoot({ path: 'queue', public: true, redact })],
-      http: {},
+      http: { platform },
       jobQueue: { pollInterval: 200, externalTasks: '*' },
     });
     base = `${ctx.t.url}/queue`;
@@ -175,7 +175,7 @@ describe('dashboard hardening', () => {
       guarded = await createTestApp({
         url: ctx.db.url,
         imports: [AuthModule, JobQueueDashboardModule.forRoot({ path: 'queue', guard: SessionGuard })],
-        http: {},
+        http: { platform },
         jobQueue: { worker: false, externalTasks: '*' },
       });
       const url = `${guarded.url}/queue`;
@@ -196,14 +196,14 @@ describe('dashboard hardening', () => {
   it('a guard class no module provides is made by the dashboard; one it cannot make stops the app with JQ_INVALID_DASHBOARD_OPTIONS', async () => {
     let app: TestApp | undefined;
     try {
-      app = await createTestApp({ url: ctx.db.url, imports: [JobQueueDashboardModule.forRoot({ guard: HeaderGuard })], http: {}, jobQueue: { worker: false, externalTasks: '*' } });
+      app = await createTestApp({ url: ctx.db.url, imports: [JobQueueDashboardModule.forRoot({ guard: HeaderGuard })], http: { platform }, jobQueue: { worker: false, externalTasks: '*' } });
       assert.equal((await fetch(`${app.url}/queue/jobs`, { headers: { 'x-operator': 'yes' } })).status, 200);
       assert.equal((await fetch(`${app.url}/queue/jobs`)).status, 403);
     } finally {
       await app?.close();
     }
     await assert.rejects(
-      createTestApp({ url: ctx.db.url, imports: [JobQueueDashboardModule.forRoot({ guard: OrphanGuard })], http: {}, jobQueue: { worker: false, externalTasks: '*' } }),
+      createTestApp({ url: ctx.db.url, imports: [JobQueueDashboardModule.forRoot({ guard: OrphanGuard })], http: { platform }, jobQueue: { worker: false, externalTasks: '*' } }),
       (error) => isJobQueueError(error, 'JQ_INVALID_DASHBOARD_OPTIONS') && /OrphanGuard/.test(error.message),
     );
   });

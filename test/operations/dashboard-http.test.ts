@@ -3,7 +3,8 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
-import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
+import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
+import { decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
 
 /**
  * The dashboard over plain HTTP (fetch), so that it is tested where Chromium is missing too
@@ -15,7 +16,6 @@ import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
 
 const SECRET = 'sk_live_7Hq2mZ9xVbW4';
 const OPERATOR = 'operator=yes';
-const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
 
 /** Markup an attacker puts into job data: closing the element or the attribute it lands in. */
 const XSS = {
@@ -87,12 +87,6 @@ function redact(job: Job): Job {
   };
 }
 
-/** The text of a page as a browser shows it: its character references decoded (the dashboard writes only these). */
-function decoded(page: string): string {
-  const entities: Record<string, string> = { lt: '<', gt: '>', quot: '"', '#39': "'", amp: '&' };
-  return page.replace(/&(lt|gt|quot|#39|amp);/g, (_, name: string) => entities[name]);
-}
-
 /**
  * The start tags of a page as an HTML parser tokenizes them: each as its name and its
  * attributes' names (`svg onload`), whatever quotes or slashes separate them. End tags,
@@ -131,7 +125,7 @@ function assertInert(page: string, what: string): void {
   assert.doesNotMatch(page, /<(script|img|svg)[\s/]+(on|src=x)/i, `${what}: no tag from the job's data`);
 }
 
-describe('dashboard over HTTP', () => {
+for (const platform of PLATFORMS) describe(`dashboard over HTTP (${platform})`, () => {
   let ctx: TestAppContext;
   let base: string;
   const ids: Record<string, string> = {};
@@ -162,16 +156,12 @@ describe('dashboard over HTTP', () => {
    */
   async function submit(pagePath: string, action: string): Promise<Response> {
     const { response, page } = await get(pagePath);
-    const token = /^jq_dashboard_csrf=([^;]*)/.exec(response.headers.getSetCookie().find((c) => c.startsWith('jq_dashboard_csrf=')) ?? '')?.[1];
-    assert.ok(token, `GET ${pagePath || '/'} sets the form token's cookie`);
-    const form = [...page.matchAll(/<form method="post" action="([^"]*)"[^>]*>([\s\S]*?)<\/form>/g)].find((f) => decoded(f[1]) === action);
-    assert.ok(form, `GET ${pagePath || '/'} has a form posting to ${action}`);
-    const fields = new URLSearchParams([...form[2].matchAll(/<input [^>]*name="([^"]*)" value="([^"]*)"/g)].map((f): [string, string] => [decoded(f[1]), decoded(f[2])]));
-    const href = decoded(/<base href="([^"]*)">/.exec(page)?.[1] ?? '');
-    const target = new URL(action, new URL(href, `${base}${pagePath}`));
+    const cookies = tokenCookies(response);
+    assert.equal(cookies.length, 1, `GET ${pagePath || '/'} sets the form token's cookie`);
+    const { target, fields } = formOf(page, `${base}${pagePath}`, action);
     return fetch(target, {
       method: 'POST',
-      headers: { ...FORM, cookie: `${OPERATOR}; jq_dashboard_csrf=${token}`, origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' },
+      headers: { ...FORM, cookie: [OPERATOR, ...cookies].join('; '), origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' },
       body: fields.toString(),
       redirect: 'manual',
     });
@@ -181,7 +171,7 @@ describe('dashboard over HTTP', () => {
     ctx = await openTestApp('dashboard_http', {
       providers: [HttpTasks],
       imports: [JobQueueDashboardModule.forRoot({ path: 'queue', guard: OperatorGuard, redact })],
-      http: {},
+      http: { platform },
       jobQueue: { worker: false },
     });
     base = `${ctx.t.url}/queue`;

@@ -7,7 +7,7 @@ import { Cron } from '@nestjs/schedule';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { isJobQueueError, Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
-import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestAppContext } from '../support/app';
+import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type TestAppContext } from '../support/app';
 import { launchBrowser, screenshotPath } from '../support/browser';
 import { waitForValue } from '../support/wait';
 
@@ -73,7 +73,7 @@ function redact(job: Job): Job {
  * operator uses it: overview, filter, open a job, retry it, cancel a running job; the cron
  * and workers pages; and what a request the guard refuses, or a cross-site one, gets.
  */
-describe('dashboard', () => {
+for (const platform of PLATFORMS) describe(`dashboard (${platform})`, () => {
   let ctx: TestAppContext;
   let browser: Browser | undefined;
   let context: BrowserContext;
@@ -84,10 +84,11 @@ describe('dashboard', () => {
   const requested: string[] = [];
 
   before(async () => {
-    ctx = await openTestApp('dashboard', {
+    Object.assign(state, { failing: true, cancelled: [] });
+    ctx = await openTestApp(`dashboard_${platform}`, {
       providers: [DashboardTasks, OperatorGuard],
       imports: [JobQueueDashboardModule.forRoot({ path: 'admin/jobs', guard: OperatorGuard, redact })],
-      http: { globalPrefix: 'api' },
+      http: { globalPrefix: 'api', platform },
       jobQueue: { pollInterval: 200 },
     });
     base = `${ctx.t.url}/api/admin/jobs`;
@@ -141,7 +142,7 @@ describe('dashboard', () => {
     const blocked = await page.locator('section.blocked tbody tr').allInnerTexts();
     assert.equal(blocked.length, 1);
     assert.match(blocked[0], new RegExp(`^crm\\s+#${ids.crmHead} sync_crm · attempt 1/5, retry in (59|60) min\\s+CRM unavailable\\s+1$`));
-    await page.screenshot({ path: screenshotPath('1-overview') });
+    await page.screenshot({ path: screenshotPath(platform, '1-overview') });
 
     // Jobs, filtered to failed ones through the form
     await page.click('nav >> text=Jobs');
@@ -151,7 +152,7 @@ describe('dashboard', () => {
     const listed = await page.locator('table.jobs tbody tr').evaluateAll((rows) => rows.map((row) => row.getAttribute('data-job')));
     assert.deepEqual(listed, [ids.charge], 'only the failed job is listed');
     assert.match(await page.locator('table.jobs').innerText(), /card 4242 declined/);
-    await page.screenshot({ path: screenshotPath('2-jobs-failed') });
+    await page.screenshot({ path: screenshotPath(platform, '2-jobs-failed') });
 
     // The failed job: its attempt with the error and its code; then Retry
     await page.click(`a[href="jobs/${ids.charge}"]`);
@@ -159,7 +160,7 @@ describe('dashboard', () => {
     const attempts = await page.locator('section.attempts').innerText();
     assert.match(attempts, /CARD_DECLINED/);
     assert.match(attempts, /card 4242 declined/);
-    await page.screenshot({ path: screenshotPath('3-job-failed') });
+    await page.screenshot({ path: screenshotPath(platform, '3-job-failed') });
     state.failing = false;
     await page.click('button:has-text("Retry")');
     await page.waitForURL(/done=retried/);
@@ -172,7 +173,7 @@ describe('dashboard', () => {
     // The running export: its progress, then Cancel (confirmed), which reaches its handler
     await page.goto(`${base}/jobs/${ids.export}`);
     assert.match(await page.locator('dl.facts').innerText(), /Running[\s\S]*40%/);
-    await page.screenshot({ path: screenshotPath('4-job-running') });
+    await page.screenshot({ path: screenshotPath(platform, '4-job-running') });
     await page.click('button:has-text("Cancel")');
     await page.waitForURL(/done=cancelled/);
     await waitForValue(ctx.sql, 'the export to end cancelled', `select count(*)::int from job_queue.finished_jobs where id = $1 and state = 'cancelled'`, 1, [ids.export]);
@@ -180,7 +181,7 @@ describe('dashboard', () => {
     await page.reload();
     assert.match(await page.locator('h1').innerText(), /cancelled/i);
     assert.match(await page.locator('dl.facts').innerText(), /JQ_JOB_CANCELLED: cancelled from the dashboard/);
-    await page.screenshot({ path: screenshotPath('5-job-cancelled') });
+    await page.screenshot({ path: screenshotPath(platform, '5-job-cancelled') });
     await context.close();
   });
 
@@ -192,7 +193,7 @@ describe('dashboard', () => {
     assert.match(await page.locator('pre.payload').innerText(), /"password": "\[redacted\]"/);
     assert.match(await page.locator('pre.result').innerText(), /"token": "\[redacted\]"/);
     assert.match(await page.locator('pre.payload').innerText(), /"user": "ada"/, 'the rest of the payload is shown');
-    await page.screenshot({ path: screenshotPath('6-job-redacted') });
+    await page.screenshot({ path: screenshotPath(platform, '6-job-redacted') });
     // the list of jobs found by id shows no payload either
     await page.goto(`${base}/jobs?q=${ids.token}`);
     assert.doesNotMatch(await page.content(), new RegExp(SECRET));
@@ -205,14 +206,14 @@ describe('dashboard', () => {
     const paris = new Intl.DateTimeFormat('en-GB', { timeZone: 'Europe/Paris', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(nextTick);
     assert.equal(paris, '03:00', `the next tick is 3:00 in Paris: ${nextTick.toISOString()}`);
     assert.ok(nextTick.getTime() > Date.now() && nextTick.getTime() <= Date.now() + 86_400_000);
-    await page.screenshot({ path: screenshotPath('7-cron') });
+    await page.screenshot({ path: screenshotPath(platform, '7-cron') });
 
     await page.goto(`${base}/workers`);
     const worker = page.locator(`tr[data-worker="${ctx.t.worker.workerId}"]`);
     const workerCells = await worker.locator('td').allInnerTexts();
     assert.equal(workerCells[2], String(process.pid));
     assert.equal(workerCells[1], hostname());
-    await page.screenshot({ path: screenshotPath('8-workers') });
+    await page.screenshot({ path: screenshotPath(platform, '8-workers') });
     await context.close();
 
     const outside = requested.filter((url) => !url.startsWith(`${ctx.t.url}/`) && !url.startsWith('data:'));
@@ -270,7 +271,7 @@ describe('dashboard', () => {
       app = await createTestApp({
         url: ctx.db.url,
         imports: [JobQueueDashboardModule.forRoot({ public: true, readOnly: true })],
-        http: {},
+        http: { platform },
         jobQueue: { worker: false, externalTasks: '*' },
       });
       const [failed] = (await ctx.t.jobs.addMany([{ identifier: 'charge_card', payload: { card: '1' }, runAt: new Date(Date.now() + 3_600_000) }]));

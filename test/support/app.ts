@@ -1,5 +1,7 @@
 import 'reflect-metadata';
-import { Module, type DynamicModule, type LoggerService, type INestApplicationContext, type Provider, type Type } from '@nestjs/common';
+import { Module, type DynamicModule, type INestApplication, type INestApplicationContext, type LoggerService, type NestApplicationOptions, type Provider, type Type } from '@nestjs/common';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type { Client } from 'pg';
@@ -29,8 +31,26 @@ export interface TestAppOptions {
   };
   /** Where Nest logs go (default: nowhere, or the console with TEST_LOGS set). */
   logger?: LoggerService;
-  /** An HTTP app listening on a free port of 127.0.0.1 (Express), rather than an application context. */
-  http?: { controllers?: Type[]; globalPrefix?: string };
+  /** An HTTP app listening on a free port of 127.0.0.1, rather than an application context. */
+  http?: HttpAppOptions;
+}
+
+/** The HTTP platforms the dashboard runs on; its tests run on each. */
+export const PLATFORMS = ['express', 'fastify'] as const;
+export type Platform = (typeof PLATFORMS)[number];
+
+export interface HttpAppOptions {
+  controllers?: Type[];
+  globalPrefix?: string;
+  /** Default express. */
+  platform?: Platform;
+  /** The proxies the app trusts (Express's `trust proxy`, Fastify's `trustProxy`), e.g. 'loopback'; none by default. */
+  trustProxy?: string;
+  /**
+   * Who parses urlencoded forms on Fastify: Nest's own parser (`bodyParser`, on by default) or
+   * `@fastify/formbody` with Nest's turned off (the two together fail at startup). Default formbody.
+   */
+  forms?: 'nest' | 'formbody';
 }
 
 export interface TestApp {
@@ -67,7 +87,7 @@ export async function createTestApp(options: TestAppOptions): Promise<TestApp> {
   let app: INestApplicationContext;
   let url: string | undefined;
   if (options.http) {
-    const web = await NestFactory.create(TestAppModule, settings);
+    const web = await createHttpApp(TestAppModule, settings, options.http);
     if (options.http.globalPrefix) web.setGlobalPrefix(options.http.globalPrefix);
     await web.listen(0, '127.0.0.1');
     url = (await web.getUrl()).replace('[::1]', '127.0.0.1');
@@ -83,6 +103,21 @@ export async function createTestApp(options: TestAppOptions): Promise<TestApp> {
     dataSource: app.get(DataSource),
     close: () => app.close(),
   };
+}
+
+/** A Nest HTTP app on Express or on Fastify (loaded only for Fastify), trusting the proxies it is told to. */
+async function createHttpApp(module: Type, settings: NestApplicationOptions, http: HttpAppOptions): Promise<INestApplication> {
+  if (http.platform === 'fastify') {
+    const { FastifyAdapter } = await import('@nestjs/platform-fastify');
+    const adapter = new FastifyAdapter(http.trustProxy ? { trustProxy: http.trustProxy } : {});
+    const forms = http.forms ?? 'formbody';
+    const web = await NestFactory.create<NestFastifyApplication>(module, adapter, { ...settings, bodyParser: forms === 'nest' });
+    if (forms === 'formbody') await web.register((await import('@fastify/formbody')).default);
+    return web;
+  }
+  const web = await NestFactory.create<NestExpressApplication>(module, settings);
+  if (http.trustProxy) web.set('trust proxy', http.trustProxy);
+  return web;
 }
 
 export type TestDatabase = Awaited<ReturnType<typeof createTestDatabase>>;

@@ -32,6 +32,7 @@ export async function launchBrowser(t: TestContext): Promise<Browser | undefined
   });
 }
 
-export function screenshotPath(name: string): string {
-  return join(SCREENSHOTS, `${name}.png`);
+/** Where a page's screenshot goes: `<platform>-<name>.png`, so that each HTTP platform's run keeps its own. */
+export function screenshotPath(platform: string, name: string): string {
+  return join(SCREENSHOTS, `${platform}-${name}.png`);
 }

@@ -1,5 +1,6 @@
 import { ForbiddenException } from '@nestjs/common';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { header, type HttpRequest } from './http';
 
 /**
  * Cross-site request protection for the dashboard's actions (POST forms), double-submit
@@ -12,19 +13,6 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 export const CSRF_COOKIE = 'jq_dashboard_csrf';
 export const CSRF_FIELD = '_csrf';
 const TOKEN = /^[0-9a-f]{32}$/;
-
-export interface HttpRequest {
-  method: string;
-  url: string;
-  originalUrl?: string;
-  headers: Record<string, string | string[] | undefined>;
-  body?: unknown;
-}
-
-function header(request: HttpRequest, name: string): string | undefined {
-  const value = request.headers[name];
-  return Array.isArray(value) ? value[0] : value;
-}
 
 /**
  * The first value of the cookie `name` that is valid percent-encoding: one that is not (which

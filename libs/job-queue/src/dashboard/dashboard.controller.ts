@@ -3,7 +3,7 @@ import { TaskRegistry } from '../discovery/task-registry';
 import { isJobQueueError } from '../core/errors';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import type { Job, JobState } from '../core/job';
-import { csrfToken, type HttpRequest } from './csrf';
+import { csrfToken } from './csrf';
 import { DashboardGuard } from './dashboard.guard';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';
 import { DashboardReader } from './dashboard-reader';
@@ -14,7 +14,7 @@ import { jobsPage, type JobsFilter } from './views/jobs';
 import type { PageContext } from './views/layout';
 import { overviewPage } from './views/overview';
 import { workersPage } from './views/workers';
-import { baseOf, setHeaders, HTML_HEADERS } from './http';
+import { baseOf, setHeaders, HTML_HEADERS, type HttpRequest } from './http';
 
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
 

@@ -2,7 +2,8 @@ import { ForbiddenException, Inject, Injectable, type CanActivate, type Executio
 import { ModuleRef } from '@nestjs/core';
 import { isObservable, lastValueFrom } from 'rxjs';
 import { JobQueueError } from '../core/errors';
-import { checkCsrf, type HttpRequest } from './csrf';
+import { checkCsrf } from './csrf';
+import type { HttpRequest } from './http';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';
 
 /**

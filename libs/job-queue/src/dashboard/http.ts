@@ -1,4 +1,20 @@
-import type { HttpRequest } from './csrf';
+/**
+ * What the dashboard reads of a request: fields that Express's and Fastify's requests both
+ * have, so that it imports neither platform.
+ */
+export interface HttpRequest {
+  method: string;
+  url: string;
+  originalUrl?: string;
+  headers: Record<string, string | string[] | undefined>;
+  body?: unknown;
+}
+
+/** A request header's (first) value. */
+export function header(request: HttpRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
 
 /**
  * Nothing but the app's own origin: no CDN, no frames, no form posts elsewhere. Inline style

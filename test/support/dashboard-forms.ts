@@ -1,0 +1,33 @@
+/**
+ * The dashboard's pages and forms as a browser uses them, for the tests that drive it over
+ * plain HTTP (fetch): the form-token cookies a page sets, and a form's fields and target.
+ */
+import assert from 'node:assert/strict';
+
+export const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
+
+/** The text of a page as a browser shows it: its character references decoded (the dashboard writes only these). */
+export function decoded(page: string): string {
+  const entities: Record<string, string> = { lt: '<', gt: '>', quot: '"', '#39': "'", amp: '&' };
+  return page.replace(/&(lt|gt|quot|#39|amp);/g, (_, name: string) => entities[name]);
+}
+
+/** The form-token cookies a response sets, each as `name=value`, for a Cookie header. */
+export function tokenCookies(response: Response): string[] {
+  return response.headers
+    .getSetCookie()
+    .filter((cookie) => cookie.startsWith('jq_dashboard_csrf'))
+    .map((cookie) => cookie.split(';')[0]);
+}
+
+/**
+ * The form of `page` (served at `pageUrl`) that posts to `action`: its fields, the form token
+ * among them, and where it posts, its action resolved against the page's <base> as a browser does.
+ */
+export function formOf(page: string, pageUrl: string, action: string): { target: URL; fields: URLSearchParams } {
+  const form = [...page.matchAll(/<form method="post" action="([^"]*)"[^>]*>([\s\S]*?)<\/form>/g)].find((f) => decoded(f[1]) === action);
+  assert.ok(form, `${pageUrl} has a form posting to ${action}`);
+  const fields = new URLSearchParams([...form[2].matchAll(/<input [^>]*name="([^"]*)" value="([^"]*)"/g)].map((f): [string, string] => [decoded(f[1]), decoded(f[2])]));
+  const href = decoded(/<base href="([^"]*)">/.exec(page)?.[1] ?? '');
+  return { target: new URL(action, new URL(href, pageUrl)), fields };
+}
