@@ -1,12 +1,15 @@
 /**
  * `npm start`: the sample app on an embedded PostgreSQL kept in .data/pg (or on
- * DATABASE_URL when set). It adds a few jobs itself so that the log shows jobs being
- * added, run, retried and serialised; then try `curl -XPOST localhost:3000/users -H
- * 'content-type: application/json' -d '{"email":"you@example.com"}'`. Ctrl-C drains the worker.
+ * DATABASE_URL when set), on Express, or on Fastify with PLATFORM=fastify. It adds a few jobs
+ * itself so that the log shows jobs being added, run, retried and serialised; then try `curl
+ * -XPOST localhost:3000/users -H 'content-type: application/json' -d
+ * '{"email":"you@example.com"}'`. Ctrl-C drains the worker. PORT=0 takes a free port.
  */
 import 'reflect-metadata';
-import { Logger } from '@nestjs/common';
+import { Logger, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { startDetachedEmbeddedPostgres } from '../apps/embedded-postgres';
 import { JobQueueService, JobQueueWorker } from '../libs/job-queue/src';
@@ -27,7 +30,8 @@ async function main() {
     logger.log(`Embedded PostgreSQL running from ${pg.dataDir}`);
   }
 
-  const app = await NestFactory.create(AppModule);
+  const platform = process.env.PLATFORM ?? 'express';
+  const app = await createApp(platform);
   app.enableShutdownHooks();
 
   const worker = app.get(JobQueueWorker);
@@ -39,9 +43,9 @@ async function main() {
     // failures are logged by the worker itself, with the time of the retry
   });
 
-  const port = Number(process.env.PORT ?? 3000);
-  await app.listen(port);
-  logger.log(`Listening on http://localhost:${port} — POST /users {"email": "..."}, GET /jobs?state=completed, GET /jobs/counts, GET /jobs/:id, POST /jobs/:id/cancel`);
+  await app.listen(Number(process.env.PORT ?? 3000));
+  const { port } = app.getHttpServer().address() as AddressInfo;
+  logger.log(`Listening on http://localhost:${port} (${platform}) — POST /users {"email": "..."}, GET /jobs?state=completed, GET /jobs/counts, GET /jobs/:id, POST /jobs/:id/cancel`);
   logger.log(`Dashboard: http://localhost:${port}/dashboard (from this machine only) — health: http://localhost:${port}/health`);
 
   // A first tour, without curl: a user and their welcome email in one transaction, and a serial queue.
@@ -81,6 +85,20 @@ async function main() {
   if (process.env.SAMPLE_EXIT_AFTER_MS) {
     setTimeout(() => void app.close(), Number(process.env.SAMPLE_EXIT_AFTER_MS));
   }
+}
+
+/**
+ * The app on Express, or on Fastify (loaded only then). On Fastify, Nest's own urlencoded
+ * parser (bodyParser, on by default) reads the dashboard's forms; an app that turns it off
+ * registers @fastify/formbody instead (docs/guides/dashboard.md).
+ */
+async function createApp(platform: string): Promise<INestApplication> {
+  if (platform === 'fastify') {
+    const { FastifyAdapter } = await import('@nestjs/platform-fastify');
+    return NestFactory.create<NestFastifyApplication>(AppModule, new FastifyAdapter());
+  }
+  if (platform !== 'express') throw new Error(`PLATFORM must be express or fastify, got ${JSON.stringify(platform)}`);
+  return NestFactory.create(AppModule);
 }
 
 main().catch((error: unknown) => {
