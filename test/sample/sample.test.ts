@@ -41,7 +41,8 @@ class SampleProcess {
 
 /**
  * The sample app as `npm start` and `PLATFORM=fastify npm start` run it: it starts on either
- * platform, serves its dashboard to this machine, whose forms act, and drains on SIGTERM.
+ * platform, serves its dashboard to this machine only (LocalOnlyGuard), whose forms act, and
+ * stops its worker on SIGTERM.
  */
 for (const platform of PLATFORMS) describe(`the sample app (${platform})`, () => {
   let db: TestDatabase;
@@ -79,6 +80,22 @@ for (const platform of PLATFORMS) describe(`the sample app (${platform})`, () =>
     assert.equal(posted.status, 303);
     const { rows: finished } = await sql.query(`select state from job_queue.finished_jobs where id = $1`, [id]);
     assert.deepEqual(finished, [{ state: 'cancelled' }]);
+  });
+
+  it('its dashboard admits this machine only, through a proxy on this machine as well', async () => {
+    const status = async (headers: Record<string, string>) => (await fetch(`${url}/dashboard/jobs`, { headers })).status;
+    const local: Array<Record<string, string>> = [{}, { 'x-forwarded-for': '127.0.0.1' }, { 'x-real-ip': '::1' }, { forwarded: 'for="[::1]:4711";proto=https' }, { forwarded: 'for=127.0.0.1:5050' }];
+    for (const headers of local) assert.equal(await status(headers), 200, `a local client: ${JSON.stringify(headers)}`);
+    const remote: Array<Record<string, string>> = [
+      { 'x-forwarded-for': '203.0.113.7' },
+      { 'x-forwarded-for': '127.0.0.1, 203.0.113.7' },
+      { 'x-forwarded-for': '203.0.113.7, 127.0.0.1' },
+      { 'x-real-ip': '198.51.100.17' },
+      { forwarded: 'for=198.51.100.17;proto=https' },
+      { forwarded: 'for=127.0.0.1, for="[2001:db8:cafe::17]:4711"' },
+      { forwarded: 'for=unknown' },
+    ];
+    for (const headers of remote) assert.equal(await status(headers), 403, `a client elsewhere, through a proxy here: ${JSON.stringify(headers)}`);
   });
 
   it('stops its worker on SIGTERM', async () => {
