@@ -7,6 +7,7 @@ import { csrfToken } from './csrf';
 import { DashboardGuard } from './dashboard.guard';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';
 import { DashboardReader } from './dashboard-reader';
+import { errorCode, flashOf, type DoneCode, type ErrorCode } from './flash';
 import { query } from './html';
 import { cronPage } from './views/cron';
 import { jobPage } from './views/job';
@@ -18,13 +19,13 @@ import { baseOf, setHeaders, HTML_HEADERS, type HttpRequest } from './http';
 
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
 
-/** What a finished action says on the page it redirects to (?done=). */
-const DONE: Record<string, (n?: string) => string> = {
-  retried: () => 'Job retried: it is waiting to run again.',
-  cancelled: () => 'Cancel requested: a waiting job ends at once, a running one as soon as its worker hears of it.',
-  deleted: (id) => `Job #${id} deleted.`,
-  'retried-failed': (n) => `${n} failed job(s) retried.`,
-};
+/** What an action did: a code of flash.ts (`done` or `error`), its number, and the page to show it on if not the default. */
+interface ActionOutcome {
+  done?: DoneCode;
+  n?: string;
+  error?: ErrorCode;
+  to?: string;
+}
 
 /**
  * The dashboard's pages (GET) and actions (POST, then a 303 redirect to a page). Ordinary
@@ -90,7 +91,7 @@ export class DashboardController {
   async retry(@Req() request: HttpRequest, @Param('id') id: string) {
     return this.act(request, 3, `jobs/${id}`, async () => {
       const [job] = await this.reader.jobs.retryJobs([this.jobId(id)]);
-      if (!job) return { error: 'Only a failed or cancelled job can be retried (or a newer job holds its key).' };
+      if (!job) return { error: 'not-retryable' };
       return { done: 'retried' };
     });
   }
@@ -119,15 +120,15 @@ export class DashboardController {
     return this.act(request, 3, '', async () => ({ done: 'retried-failed', n: String(await this.reader.jobs.retryFailedJobs(task)) }));
   }
 
-  /** Runs an action and redirects (303) to `to` with what happened; a JobQueueError shows on that page. */
-  private async act(request: HttpRequest, depth: number, to: string, run: () => Promise<{ done?: string; n?: string; error?: string; to?: string }>) {
+  /** Runs an action and redirects (303) to `to` with what happened, as codes (flash.ts); a JobQueueError shows on that page. */
+  private async act(request: HttpRequest, depth: number, to: string, run: () => Promise<ActionOutcome>) {
     const base = baseOf(request, depth);
-    let outcome: { done?: string; n?: string; error?: string; to?: string };
+    let outcome: ActionOutcome;
     try {
       outcome = await run();
     } catch (error) {
       if (!isJobQueueError(error)) throw error;
-      outcome = { error: error.message };
+      outcome = { error: errorCode(error) };
     }
     return { url: `${base}/${outcome.to ?? to}${query({ done: outcome.done, n: outcome.n, error: outcome.error })}`, statusCode: 303 };
   }
@@ -142,11 +143,7 @@ export class DashboardController {
     const base = baseOf(request, depth);
     const { token, setCookie } = csrfToken(request, base);
     setHeaders(response, { ...HTML_HEADERS, ...(setCookie ? { 'Set-Cookie': setCookie } : {}) });
-    const done = typeof params.done === 'string' ? DONE[params.done] : undefined;
-    const flash = done
-      ? { text: done(typeof params.n === 'string' ? params.n.slice(0, 40) : undefined), error: false }
-      : typeof params.error === 'string' ? { text: params.error.slice(0, 300), error: true } : undefined;
-    return { base, csrf: token, readOnly: this.options.readOnly, flash };
+    return { base, csrf: token, readOnly: this.options.readOnly, flash: flashOf(params) };
   }
 
   private redacted(jobs: Job[]): Job[] {
