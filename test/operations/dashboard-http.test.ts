@@ -231,9 +231,25 @@ for (const platform of PLATFORMS) describe(`dashboard over HTTP (${platform})`, 
     assert.deepEqual([await dbRow(ids.export1), await dbRow(ids.export2)], ['finished failed', 'finished failed']);
     const all = await submit('', 'tasks/nightly_export/retry-failed');
     assert.equal(all.status, 303, 'the retry of every failed job is accepted');
-    assert.equal(all.headers.get('location'), '/queue/?done=retried-failed&n=2');
+    assert.equal(all.headers.get('location'), '/queue?done=retried-failed&n=2');
+    assert.match(await page('?done=retried-failed&n=2'), /<div class="flash" role="status">2 failed job\(s\) retried\.<\/div>/, 'the overview says so');
     assert.deepEqual([await dbRow(ids.export1), await dbRow(ids.export2)], ['unfinished, 0 attempts', 'unfinished, 0 attempts'], 'every failed job of the task is back');
     assert.equal(await dbRow(ids.bob), 'finished failed', "another task's failed job is left alone");
+  });
+
+  it('every link of every page leads to a page: the navigation, the filters, the jobs, the pager', async () => {
+    const pages = ['', '/jobs', '/jobs?state=failed', `/jobs/${ids.bob}`, `/jobs/${ids.xss}`, '/cron', '/workers'];
+    const links = new Set<string>();
+    for (const path of pages) {
+      const html = await page(path);
+      const href = decoded(/<base href="([^"]*)">/.exec(html)?.[1] ?? '');
+      for (const [, link] of html.matchAll(/<a [^>]*href="([^"]*)"/g)) links.add(new URL(decoded(link), new URL(href, `${base}${path}`)).href);
+    }
+    assert.ok(links.has(base), `the overview is linked as ${base}: ${[...links].join(' ')}`);
+    for (const link of links) {
+      const response = await fetch(link, { headers: { cookie: OPERATOR } });
+      assert.equal(response.status, 200, `GET ${link}`);
+    }
   });
 
   it('every page sends the Content-Security-Policy, and the form token cookie is HttpOnly, SameSite=Strict, for the dashboard only', async () => {

@@ -130,7 +130,9 @@ export class DashboardController {
       if (!isJobQueueError(error)) throw error;
       outcome = { error: errorCode(error) };
     }
-    return { url: `${base}/${outcome.to ?? to}${query({ done: outcome.done, n: outcome.n, error: outcome.error })}`, statusCode: 303 };
+    const page = outcome.to ?? to;
+    // the overview at the root's own path: Fastify has no route for it with a trailing slash
+    return { url: `${page ? `${base}/${page}` : base || '/'}${query({ done: outcome.done, n: outcome.n, error: outcome.error })}`, statusCode: 303 };
   }
 
   private jobId(id: string): string {

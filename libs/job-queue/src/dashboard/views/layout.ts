@@ -12,8 +12,9 @@ export interface PageContext {
   flash?: { text: string; error: boolean };
 }
 
+/** Each section's page, relative to <base>; '' is the overview, at the dashboard's root (see rootHref). */
 const SECTIONS: Array<[Section, string, string]> = [
-  ['overview', 'Overview', '.'],
+  ['overview', 'Overview', ''],
   ['jobs', 'Jobs', 'jobs'],
   ['cron', 'Cron', 'cron'],
   ['workers', 'Workers', 'workers'],
@@ -34,8 +35,8 @@ export function layout(page: PageContext, section: Section, title: string, conte
 </head>
 <body>
 <header class="top">
-  <a class="brand" href=".">Job queue</a>
-  <nav>${SECTIONS.map(([id, label, href]) => html`<a href="${href}" class="${id === section ? 'on' : ''}">${label}</a>`)}</nav>
+  <a class="brand" href="${rootHref(page)}">Job queue</a>
+  <nav>${SECTIONS.map(([id, label, href]) => html`<a href="${href || rootHref(page)}" class="${id === section ? 'on' : ''}">${label}</a>`)}</nav>
   <div class="right">
     ${page.readOnly ? html`<span>read-only</span>` : ''}
     ${refresh ? html`<label><input type="checkbox" id="autorefresh"> auto-refresh</label>` : ''}
@@ -47,6 +48,14 @@ ${content}
 </main>
 </body>
 </html>`.text;
+}
+
+/**
+ * The dashboard's root, the overview: its path itself, not `.` (which <base> makes the path
+ * with a trailing slash, a route Fastify does not have: 404).
+ */
+export function rootHref(page: PageContext): string {
+  return page.base || '/';
 }
 
 /** A POST form with one button: an action. Nothing in read-only mode. */
