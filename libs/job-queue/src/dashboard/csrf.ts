@@ -1,6 +1,6 @@
 import { ForbiddenException } from '@nestjs/common';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
-import { header, type HttpRequest } from './http';
+import { header, isHttps, type HttpRequest } from './http';
 
 /**
  * Cross-site request protection for the dashboard's actions (POST forms), double-submit
@@ -31,12 +31,15 @@ function cookie(request: HttpRequest, name: string): string | undefined {
   return undefined;
 }
 
-/** The request's token, or a new one with the Set-Cookie header that stores it (for the paths under `base`). */
+/**
+ * The request's token, or a new one with the Set-Cookie header that stores it (for the paths
+ * under `base`; Secure when the page came over HTTPS, so that it never travels in clear).
+ */
 export function csrfToken(request: HttpRequest, base: string): { token: string; setCookie?: string } {
   const existing = cookie(request, CSRF_COOKIE);
   if (existing && TOKEN.test(existing)) return { token: existing };
   const token = randomBytes(16).toString('hex');
-  return { token, setCookie: `${CSRF_COOKIE}=${token}; Path=${base || '/'}; HttpOnly; SameSite=Strict` };
+  return { token, setCookie: `${CSRF_COOKIE}=${token}; Path=${base || '/'}; HttpOnly; SameSite=Strict${isHttps(request) ? '; Secure' : ''}` };
 }
 
 /** Throws 403 unless the POST comes from the dashboard's own page. */

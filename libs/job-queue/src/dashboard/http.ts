@@ -8,12 +8,24 @@ export interface HttpRequest {
   originalUrl?: string;
   headers: Record<string, string | string[] | undefined>;
   body?: unknown;
+  /**
+   * 'https' or 'http', as the platform tells it: Express and Fastify take it from a TLS socket,
+   * or from X-Forwarded-Proto when the app trusts the proxy that sent it (Express's `trust
+   * proxy`, Fastify's `trustProxy`), and ignore that header otherwise.
+   */
+  protocol?: string;
+  socket?: { encrypted?: boolean };
 }
 
 /** A request header's (first) value. */
 export function header(request: HttpRequest, name: string): string | undefined {
   const value = request.headers[name];
   return Array.isArray(value) ? value[0] : value;
+}
+
+/** Whether the browser reached the app over HTTPS, directly or through a proxy the app trusts. */
+export function isHttps(request: HttpRequest): boolean {
+  return typeof request.protocol === 'string' ? request.protocol === 'https' : request.socket?.encrypted === true;
 }
 
 /**
