@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type TestAppContext } from '../support/app';
+import { FORM } from '../support/dashboard-forms';
+
+const TOKEN = '0123456789abcdef0123456789abcdef';
 
 /** The form token's Set-Cookie of a page, split into its attributes (lower-cased names). */
 async function tokenCookie(url: string, headers: Record<string, string> = {}): Promise<Map<string, string>> {
@@ -10,6 +14,23 @@ async function tokenCookie(url: string, headers: Record<string, string> = {}): P
   const cookie = response.headers.getSetCookie().find((c) => c.startsWith('jq_dashboard_csrf'));
   assert.ok(cookie, `GET ${url} sets a form token`);
   return new Map(cookie.split(';').slice(1).map((a): [string, string] => [a.trim().split('=')[0].toLowerCase(), a.trim().split('=').slice(1).join('=')]));
+}
+
+/** A POST with these headers as they are, Host included (fetch() sends its own): what an app behind a proxy receives. Its status. */
+function forwarded(url: string, headers: Record<string, string>): Promise<number> {
+  const body = `_csrf=${TOKEN}`;
+  const target = new URL(url);
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(
+      { host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { ...FORM, cookie: `jq_dashboard_csrf=${TOKEN}`, 'content-length': String(body.length), ...headers } },
+      (response) => {
+        response.resume();
+        response.on('end', () => resolve(response.statusCode!));
+      },
+    );
+    request.on('error', reject);
+    request.end(body);
+  });
 }
 
 /**
@@ -47,5 +68,23 @@ for (const platform of PLATFORMS) describe(`dashboard behind a proxy (${platform
     assert.equal((await tokenCookie(`${unproxied}/jobs`, https)).has('secure'), false, 'an app that trusts no proxy ignores the header');
     const attributes = await tokenCookie(proxied, https);
     assert.deepEqual([attributes.get('samesite'), attributes.has('httponly'), attributes.get('path')], ['Strict', true, '/queue'], 'and keeps its other attributes');
+  });
+
+  it("the Origin check behind a proxy that rewrites Host: X-Forwarded-Host from a trusted proxy counts, from anyone else not; a browser's Sec-Fetch-Site decides", async () => {
+    // a waiting job: a retry of it is refused by the action (303 with an error), never by the checks (403)
+    const { id } = await ctx.t.jobs.add('nobody_runs_this', {}, { runAt: new Date(Date.now() + 3_600_000) });
+    const retry = (base: string, headers: Record<string, string>) => forwarded(`${base}/jobs/${id}/retry`, headers);
+    const own = new URL(direct.url!).host;
+    const cases: Array<[string, string, Record<string, string>, number]> = [
+      ['a trusted proxy that rewrites Host and forwards it', proxied, { host: 'jobs-app:3000', 'x-forwarded-host': 'jobs.example.com', origin: 'https://jobs.example.com' }, 303],
+      ['… for a page of another site', proxied, { host: 'jobs-app:3000', 'x-forwarded-host': 'jobs.example.com', origin: 'https://evil.example' }, 403],
+      ['a proxy that rewrites Host and forwards nothing, to a browser that says same-origin', proxied, { host: 'jobs-app:3000', origin: 'https://jobs.example.com', 'sec-fetch-site': 'same-origin' }, 303],
+      ['… to a browser that says cross-site', proxied, { host: 'jobs-app:3000', origin: 'https://jobs.example.com', 'sec-fetch-site': 'cross-site' }, 403],
+      ['a browser that says same-origin, to an app that trusts no proxy', unproxied, { host: own, origin: `http://${own}`, 'sec-fetch-site': 'same-origin' }, 303],
+      ['X-Forwarded-Host to an app that trusts no proxy', unproxied, { host: own, 'x-forwarded-host': 'evil.example', origin: 'https://evil.example' }, 403],
+      ['Origin naming Host, to an app that trusts no proxy', unproxied, { host: own, 'x-forwarded-host': 'jobs.example.com', origin: `http://${own}` }, 303],
+    ];
+    for (const [what, base, headers, status] of cases) assert.equal(await retry(base, headers), status, `${what}: ${JSON.stringify(headers)}`);
+    assert.equal((await ctx.t.jobs.getJob(id))?.state, 'scheduled', 'the job is untouched');
   });
 });

@@ -1,6 +1,6 @@
 import { ForbiddenException } from '@nestjs/common';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
-import { header, isHttps, type HttpRequest } from './http';
+import { header, isHttps, ownHost, type HttpRequest } from './http';
 
 /**
  * Cross-site request protection for the dashboard's actions (POST forms), double-submit
@@ -8,7 +8,7 @@ import { header, isHttps, type HttpRequest } from './http';
  * form. A page on another site can make the browser send the cookie on a POST (not with
  * Strict), but cannot read it to fill in the field. Any replica checks it without a secret
  * of its own, so it works behind a load balancer. Requests marked cross-site by the browser
- * (Sec-Fetch-Site) or from another origin are refused before that.
+ * (Sec-Fetch-Site) or from another origin are refused before that (checkCsrf).
  */
 export const CSRF_COOKIE = 'jq_dashboard_csrf';
 export const CSRF_FIELD = '_csrf';
@@ -42,20 +42,29 @@ export function csrfToken(request: HttpRequest, base: string): { token: string; 
   return { token, setCookie: `${CSRF_COOKIE}=${token}; Path=${base || '/'}; HttpOnly; SameSite=Strict${isHttps(request) ? '; Secure' : ''}` };
 }
 
-/** Throws 403 unless the POST comes from the dashboard's own page. */
+/** The host[:port] of an Origin header, or undefined when it is no URL. */
+function hostOf(origin: string): string | undefined {
+  try {
+    return new URL(origin).host;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Throws 403 unless the POST comes from the dashboard's own page. A browser that sends
+ * Sec-Fetch-Site says where the request comes from, and no page can forge it: that decides,
+ * so a proxy that rewrites Host needs no configuration. Without it (older browsers), Origin
+ * must name the host the browser asked for: X-Forwarded-Host from a proxy the app trusts,
+ * else Host.
+ */
 export function checkCsrf(request: HttpRequest): void {
   const site = header(request, 'sec-fetch-site');
-  if (site !== undefined && site !== 'same-origin' && site !== 'none') throw new ForbiddenException('cross-site request refused');
-  const origin = header(request, 'origin');
-  if (origin !== undefined && origin !== 'null') {
-    let host: string | undefined;
-    try {
-      host = new URL(origin).host;
-    } catch {
-      host = undefined;
-    }
-    const own = header(request, 'x-forwarded-host') ?? header(request, 'host');
-    if (host !== own) throw new ForbiddenException('request from another origin refused');
+  if (site !== undefined) {
+    if (site !== 'same-origin' && site !== 'none') throw new ForbiddenException('cross-site request refused');
+  } else {
+    const origin = header(request, 'origin');
+    if (origin !== undefined && origin !== 'null' && hostOf(origin) !== ownHost(request)) throw new ForbiddenException('request from another origin refused');
   }
   const stored = cookie(request, CSRF_COOKIE);
   const sent = (request.body as Record<string, unknown> | undefined)?.[CSRF_FIELD];

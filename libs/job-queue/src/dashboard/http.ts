@@ -14,6 +14,11 @@ export interface HttpRequest {
    * proxy`, Fastify's `trustProxy`), and ignore that header otherwise.
    */
   protocol?: string;
+  /**
+   * host[:port] as the platform tells it (Express 5, Fastify 5): X-Forwarded-Host when the app
+   * trusts the proxy that sent it, else the Host header.
+   */
+  host?: string;
   socket?: { encrypted?: boolean };
 }
 
@@ -26,6 +31,11 @@ export function header(request: HttpRequest, name: string): string | undefined {
 /** Whether the browser reached the app over HTTPS, directly or through a proxy the app trusts. */
 export function isHttps(request: HttpRequest): boolean {
   return typeof request.protocol === 'string' ? request.protocol === 'https' : request.socket?.encrypted === true;
+}
+
+/** The host (and port) the browser asked for, as far as the app believes its proxies. */
+export function ownHost(request: HttpRequest): string | undefined {
+  return typeof request.host === 'string' && request.host !== '' ? request.host : header(request, 'host');
 }
 
 /**
