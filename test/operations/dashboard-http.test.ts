@@ -4,7 +4,7 @@ import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/com
 import { Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
-import { decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
+import { CookieJar, decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
 
 /**
  * The dashboard over plain HTTP (fetch), so that it is tested where Chromium is missing too
@@ -237,6 +237,30 @@ for (const platform of PLATFORMS) describe(`dashboard over HTTP (${platform})`, 
     assert.equal(await dbRow(ids.bob), 'finished failed', "another task's failed job is left alone");
   });
 
+  it('two pages opened at once, each given a new token, both act: the later Set-Cookie does not replace the earlier', async () => {
+    const later = new Date(Date.now() + 3_600_000);
+    const jobs = await ctx.t.jobs.addMany([{ identifier: 'send_receipt', runAt: later }, { identifier: 'send_receipt', runAt: later }]);
+    const jar = new CookieJar(OPERATOR);
+    // both pages asked for before the browser stored either answer's cookie
+    const opened = await Promise.all(jobs.map(async ({ id }) => {
+      const url = `${base}/jobs/${id}`;
+      const response = await fetch(url, { headers: { cookie: jar.header } });
+      return { id, url, response, html: await response.text() };
+    }));
+    for (const { response } of opened) jar.store(response);
+    for (const { id, url, html } of opened) {
+      const { target, fields } = formOf(html, url, `jobs/${id}/cancel`);
+      const posted = await fetch(target, {
+        method: 'POST',
+        headers: { ...FORM, cookie: jar.header, origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' },
+        body: fields.toString(),
+        redirect: 'manual',
+      });
+      assert.equal(posted.status, 303, `the cancel of job ${id}, from its own page`);
+      assert.equal(await dbRow(id), 'finished cancelled');
+    }
+  });
+
   it('every link of every page leads to a page: the navigation, the filters, the jobs, the pager', async () => {
     const pages = ['', '/jobs', '/jobs?state=failed', `/jobs/${ids.bob}`, `/jobs/${ids.xss}`, '/cron', '/workers'];
     const links = new Set<string>();
@@ -270,10 +294,10 @@ for (const platform of PLATFORMS) describe(`dashboard over HTTP (${platform})`, 
       assert.equal(response.headers.get('x-frame-options'), 'DENY', `GET ${path || '/'}`);
       assert.equal(response.headers.get('x-content-type-options'), 'nosniff', `GET ${path || '/'}`);
 
-      const cookies = response.headers.getSetCookie().filter((c) => c.startsWith('jq_dashboard_csrf='));
+      const cookies = response.headers.getSetCookie().filter((c) => c.startsWith('jq_dashboard_csrf'));
       assert.equal(cookies.length, 1, `GET ${path || '/'} without a token sets one`);
       const [pair, ...attributes] = cookies[0].split(';').map((part) => part.trim());
-      assert.match(pair, /^jq_dashboard_csrf=[0-9a-f]{32}$/);
+      assert.match(pair, /^jq_dashboard_csrf_([0-9a-f]{8})=\1[0-9a-f]{24}$/, 'named for its token, so that two pages opened at once keep both');
       const named = new Map(attributes.map((a): [string, string] => [a.split('=')[0].toLowerCase(), a.split('=').slice(1).join('=')]));
       assert.deepEqual(
         { samesite: named.get('samesite'), httponly: named.has('httponly'), path: named.get('path') },

@@ -11,12 +11,25 @@ import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type
 import { launchBrowser, screenshotPath } from '../support/browser';
 import { waitForValue } from '../support/wait';
 
-/** The test's guard: operators carry the cookie `operator=yes`. */
+/** Page requests held until the other tab's has arrived (?tab=): two tabs opened at once, neither answered before both asked. */
+let heldTabs: Array<() => void> = [];
+function bothTabsIn(): Promise<void> {
+  return new Promise<void>((resolve) => {
+    heldTabs.push(resolve);
+    if (heldTabs.length < 2) return;
+    for (const release of heldTabs) release();
+    heldTabs = [];
+  });
+}
+
+/** The test's guard: operators carry the cookie `operator=yes`. It holds ?tab= pages (bothTabsIn). */
 @Injectable()
 class OperatorGuard implements CanActivate {
-  canActivate(context: ExecutionContext): boolean {
-    const { headers } = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>();
-    return /(^|;\s*)operator=yes(;|$)/.test(headers.cookie ?? '');
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    const { headers, url } = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined>; url: string }>();
+    if (!/(^|;\s*)operator=yes(;|$)/.test(headers.cookie ?? '')) return false;
+    if (/[?&]tab=/.test(url)) await bothTabsIn();
+    return true;
   }
 }
 
@@ -226,6 +239,27 @@ for (const platform of PLATFORMS) describe(`dashboard (${platform})`, () => {
     let assets = 0;
     for (const name of ['dashboard.css', 'dashboard.js']) assets += gzipSync(Buffer.from(await (await fetch(`${base}/assets/${name}`)).arrayBuffer())).length;
     assert.ok(assets < 150_000, `the assets weigh ${assets} bytes gzipped`);
+  });
+
+  it("two tabs opened at once both act: each page's form token is accepted", async (t) => {
+    if (!(await openOperatorPage(t))) return;
+    const later = new Date(Date.now() + 3_600_000);
+    const jobs = await ctx.t.jobs.addMany([{ identifier: 'charge_card', payload: { card: '1' }, runAt: later }, { identifier: 'charge_card', payload: { card: '2' }, runAt: later }]);
+    const second = await context.newPage();
+    second.on('dialog', (dialog) => void dialog.accept());
+    const tabs: Array<[Page, string]> = [[page, jobs[0].id], [second, jobs[1].id]];
+    // the guard answers neither page before both were asked for: neither request carried a token
+    await Promise.all(tabs.map(([tab, id], n) => tab.goto(`${base}/jobs/${id}?tab=${n + 1}`)));
+    for (const [tab, id] of tabs) {
+      const posted = tab.waitForResponse((response) => response.request().method() === 'POST');
+      await tab.click('button:has-text("Cancel")');
+      assert.equal((await posted).status(), 303, `the cancel of job ${id}, from its own tab`);
+      await tab.waitForURL(/done=cancelled/);
+    }
+    await second.screenshot({ path: screenshotPath(platform, '9-second-tab') });
+    const { rows } = await ctx.sql.query(`select id::text, state from job_queue.finished_jobs where id = any($1) order by id`, [jobs.map((job) => job.id)]);
+    assert.deepEqual(rows, jobs.map((job) => ({ id: job.id, state: 'cancelled' })));
+    await context.close();
   });
 
   it('a request the guard refuses gets a 403 and no data; an action without the form token is refused', async () => {

@@ -31,3 +31,28 @@ export function formOf(page: string, pageUrl: string, action: string): { target:
   const href = decoded(/<base href="([^"]*)">/.exec(page)?.[1] ?? '');
   return { target: new URL(action, new URL(href, pageUrl)), fields };
 }
+
+/** Cookies as a browser keeps them for one site and path: one value per name, a later Set-Cookie replacing an earlier one. */
+export class CookieJar {
+  private readonly cookies = new Map<string, string>();
+
+  /** `initial`: a Cookie header's pairs, e.g. the guard's session cookie. */
+  constructor(initial = '') {
+    for (const pair of initial.split(';')) if (pair.includes('=')) this.set(pair);
+  }
+
+  /** Keeps what a response's Set-Cookie headers set, in their order. */
+  store(response: Response): void {
+    for (const cookie of response.headers.getSetCookie()) this.set(cookie.split(';')[0]);
+  }
+
+  /** The Cookie header the browser would send. */
+  get header(): string {
+    return [...this.cookies].map(([name, value]) => `${name}=${value}`).join('; ');
+  }
+
+  private set(pair: string): void {
+    const at = pair.indexOf('=');
+    this.cookies.set(pair.slice(0, at).trim(), pair.slice(at + 1).trim());
+  }
+}

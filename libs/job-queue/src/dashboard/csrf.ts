@@ -5,7 +5,7 @@ import { header, isHttps, ownHost, type HttpRequest } from './http';
 /**
  * Cross-site request protection for the dashboard's actions (POST forms), double-submit
  * style: a random token in a SameSite=Strict cookie, repeated in a hidden field of every
- * form. A page on another site can make the browser send the cookie on a POST (not with
+ * form (a form's token must be the value of one of the request's token cookies). A page on another site can make the browser send the cookie on a POST (not with
  * Strict), but cannot read it to fill in the field. Any replica checks it without a secret
  * of its own, so it works behind a load balancer. Requests marked cross-site by the browser
  * (Sec-Fetch-Site) or from another origin are refused before that (checkCsrf).
@@ -15,20 +15,31 @@ export const CSRF_FIELD = '_csrf';
 const TOKEN = /^[0-9a-f]{32}$/;
 
 /**
- * The first value of the cookie `name` that is valid percent-encoding: one that is not (which
- * a sibling site can set for the whole domain) is no token, rather than an error on every page.
+ * A token cookie's name: `jq_dashboard_csrf_` and the first 8 hex digits of its token, so that
+ * two pages opened at once, which each got a new token, set two cookies rather than the later
+ * overwriting the earlier (whose form would then be refused); or `jq_dashboard_csrf` alone, as
+ * versions before this one named it.
  */
-function cookie(request: HttpRequest, name: string): string | undefined {
+const TOKEN_COOKIE = /^jq_dashboard_csrf(_[0-9a-f]{8})?$/;
+
+/**
+ * The request's form tokens, from its token cookies in order. A value that is not valid
+ * percent-encoding (which a sibling site can set for the whole domain) or not a token is
+ * none, rather than an error on every page.
+ */
+function tokens(request: HttpRequest): string[] {
+  const found: string[] = [];
   for (const part of (header(request, 'cookie') ?? '').split(';')) {
     const at = part.indexOf('=');
-    if (at <= 0 || part.slice(0, at).trim() !== name) continue;
+    if (at <= 0 || !TOKEN_COOKIE.test(part.slice(0, at).trim())) continue;
     try {
-      return decodeURIComponent(part.slice(at + 1).trim());
+      const value = decodeURIComponent(part.slice(at + 1).trim());
+      if (TOKEN.test(value)) found.push(value);
     } catch {
-      // URIError: not this one
+      // URIError: not a token
     }
   }
-  return undefined;
+  return found;
 }
 
 /**
@@ -36,10 +47,11 @@ function cookie(request: HttpRequest, name: string): string | undefined {
  * under `base`; Secure when the page came over HTTPS, so that it never travels in clear).
  */
 export function csrfToken(request: HttpRequest, base: string): { token: string; setCookie?: string } {
-  const existing = cookie(request, CSRF_COOKIE);
-  if (existing && TOKEN.test(existing)) return { token: existing };
+  const [existing] = tokens(request);
+  if (existing) return { token: existing };
   const token = randomBytes(16).toString('hex');
-  return { token, setCookie: `${CSRF_COOKIE}=${token}; Path=${base || '/'}; HttpOnly; SameSite=Strict${isHttps(request) ? '; Secure' : ''}` };
+  const name = `${CSRF_COOKIE}_${token.slice(0, 8)}`;
+  return { token, setCookie: `${name}=${token}; Path=${base || '/'}; HttpOnly; SameSite=Strict${isHttps(request) ? '; Secure' : ''}` };
 }
 
 /** The host[:port] of an Origin header, or undefined when it is no URL. */
@@ -66,10 +78,7 @@ export function checkCsrf(request: HttpRequest): void {
     const origin = header(request, 'origin');
     if (origin !== undefined && origin !== 'null' && hostOf(origin) !== ownHost(request)) throw new ForbiddenException('request from another origin refused');
   }
-  const stored = cookie(request, CSRF_COOKIE);
   const sent = (request.body as Record<string, unknown> | undefined)?.[CSRF_FIELD];
-  if (!stored || typeof sent !== 'string' || !TOKEN.test(stored) || sent.length !== stored.length) {
-    throw new ForbiddenException('missing or wrong form token: reload the page');
-  }
-  if (!timingSafeEqual(Buffer.from(stored), Buffer.from(sent))) throw new ForbiddenException('missing or wrong form token: reload the page');
+  const matches = (stored: string) => typeof sent === 'string' && sent.length === stored.length && timingSafeEqual(Buffer.from(stored), Buffer.from(sent));
+  if (!tokens(request).some(matches)) throw new ForbiddenException('missing or wrong form token: reload the page');
 }
