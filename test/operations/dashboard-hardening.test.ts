@@ -179,6 +179,8 @@ for (const platform of PLATFORMS) describe(`dashboard hardening (${platform})`, 
     const post = (headers: Record<string, string>, body: string) =>
       fetch(`${base}/jobs/${id}/cancel`, { method: 'POST', headers: { ...FORM, cookie: `jq_dashboard_csrf=${TOKEN}`, ...headers }, body, redirect: 'manual' });
     assert.equal((await post({}, `_csrf=${'f'.repeat(32)}`)).status, 403, 'a token of the right form that is not the cookie');
+    assert.equal((await post({}, `_csrf=${encodeURIComponent('é'.repeat(32))}`)).status, 403, 'as many characters as a token, not all ASCII');
+    assert.equal((await post({}, `_csrf=${TOKEN}&_csrf=${TOKEN}`)).status, 403, 'the field twice');
     assert.equal((await post({ origin: 'https://evil.example' }, `_csrf=${TOKEN}`)).status, 403, 'another origin, no Sec-Fetch-Site');
     assert.equal((await post({ 'sec-fetch-site': 'same-site', origin: ctx.t.url! }, `_csrf=${TOKEN}`)).status, 403, 'a sibling site');
     assert.equal((await ctx.t.jobs.getJob(id))?.cancelRequestedAt, null, 'nothing was cancelled');

@@ -79,6 +79,9 @@ export function checkCsrf(request: HttpRequest): void {
     if (origin !== undefined && origin !== 'null' && hostOf(origin) !== ownHost(request)) throw new ForbiddenException('request from another origin refused');
   }
   const sent = (request.body as Record<string, unknown> | undefined)?.[CSRF_FIELD];
-  const matches = (stored: string) => typeof sent === 'string' && sent.length === stored.length && timingSafeEqual(Buffer.from(stored), Buffer.from(sent));
+  // a token's form first: timingSafeEqual throws on buffers of different lengths (a field of
+  // 32 characters that are not all ASCII), which was a 500
+  if (typeof sent !== 'string' || !TOKEN.test(sent)) throw new ForbiddenException('missing or wrong form token: reload the page');
+  const matches = (stored: string) => timingSafeEqual(Buffer.from(stored), Buffer.from(sent));
   if (!tokens(request).some(matches)) throw new ForbiddenException('missing or wrong form token: reload the page');
 }
