@@ -94,7 +94,7 @@ for (const platform of PLATFORMS) describe(`dashboard hardening (${platform})`, 
 
   it("the overview shows a held-up queue's head error through redact", async () => {
     const [head] = await ctx.t.jobs.addMany([{ identifier: 'sync_crm', payload: {} }, { identifier: 'sync_crm', payload: {} }]);
-    await waitForValue(ctx.sql, 'the head of crm to fail once', 'select attempts from job_queue.jobs where id = $1', 1, [head.id]);
+    await waitForValue(ctx.sql, 'the head of crm to fail once, its attempt released', 'select attempts from job_queue.jobs where id = $1 and locked_at is null', 1, [head.id]);
     const page = await (await fetch(base)).text();
     assert.match(page, new RegExp(`href="jobs/${head.id}"`), 'the held-up queue is listed');
     assert.match(page, /\[redacted\]/);

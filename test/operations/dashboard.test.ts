@@ -115,7 +115,7 @@ for (const platform of PLATFORMS) describe(`dashboard (${platform})`, () => {
     const [head, behind] = await jobs.addMany([{ identifier: 'sync_crm', payload: { n: 1 } }, { identifier: 'sync_crm', payload: { n: 2 } }]);
     ids.crmHead = head.id;
     ids.crmBehind = behind.id;
-    await waitForValue(ctx.sql, 'the head of queue crm to fail once', 'select attempts from job_queue.jobs where id = $1', 1, [head.id]);
+    await waitForValue(ctx.sql, 'the head of queue crm to fail once, its attempt released', 'select attempts from job_queue.jobs where id = $1 and locked_at is null', 1, [head.id]);
   });
 
   after(async () => {
