@@ -69,19 +69,13 @@ export class DashboardReader {
   async overview(): Promise<{ counts: JobCountsReport; perMinute: MinuteCounts[]; blocked: BlockedQueue[] }> {
     const [counts, minutes, blocked] = await Promise.all([
       this.jobs.countJobs(),
-      this.db.run<{ minute: string; state: 'completed' | 'failed'; count: number }>('finishedPerMinute', []),
+      this.db.run<{ minute: string; completed: number; failed: number }>('finishedPerMinute', []),
       this.db.run<{ queue_name: string; head_id: string; task_identifier: string; attempts: number; max_attempts: number; run_at: Date; behind: number }>('blockedQueues', []),
     ]);
-    // the last 60 minutes, the current one last, empty ones included
-    const now = Math.floor(Date.now() / 60_000) * 60_000;
-    const perMinute = Array.from({ length: 60 }, (_, n) => ({ at: now - (59 - n) * 60_000, completed: 0, failed: 0 }));
-    for (const row of minutes) {
-      const slot = perMinute.find((minute) => minute.at === Number(row.minute));
-      if (slot) slot[row.state] += row.count;
-    }
     return {
       counts,
-      perMinute,
+      // the last 60 minutes of the database's clock, the current one last
+      perMinute: minutes.map((row) => ({ at: Number(row.minute), completed: row.completed, failed: row.failed })),
       blocked: blocked.map((row) => ({
         queue: row.queue_name,
         headId: row.head_id,

@@ -10,14 +10,25 @@ import { queueHead } from './queue-head';
 export function createOperationsQueries(s: string, finished: string) {
   return {
     /**
-     * Completed and failed jobs per minute over the last hour: (minute as epoch ms, state,
-     * count), from finished_jobs_state_idx. Only what retention still keeps is counted.
+     * Completed and failed jobs in each of the last 60 minutes of the database's clock, the
+     * current one last, empty ones included: (minute as epoch ms, completed, failed), from
+     * finished_jobs_state_idx. The minutes and the finish times come from one clock, so a
+     * process whose clock differs draws the same chart. Only what retention still keeps is counted.
      */
     finishedPerMinute: `
-      select (extract(epoch from date_trunc('minute', f.finished_at)) * 1000)::bigint::text as minute, f.state, count(*)::int as count
-      from ${s}.finished_jobs f
-      where f.state in ('completed', 'failed') and f.finished_at >= date_trunc('minute', now()) - interval '59 minutes'
-      group by 1, 2`,
+      with minutes as (
+        select m from generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute') m
+      ),
+      counted as (
+        select date_trunc('minute', f.finished_at) as m,
+               count(*) filter (where f.state = 'completed')::int as completed, count(*) filter (where f.state = 'failed')::int as failed
+        from ${s}.finished_jobs f
+        where f.state in ('completed', 'failed') and f.finished_at >= date_trunc('minute', now()) - interval '59 minutes'
+        group by 1
+      )
+      select (extract(epoch from minutes.m) * 1000)::bigint::text as minute, coalesce(c.completed, 0) as completed, coalesce(c.failed, 0) as failed
+      from minutes left join counted c on c.m = minutes.m
+      order by minutes.m`,
 
     /**
      * Named queues held up behind a failing head: the queue's first job in queue order (as
