@@ -34,11 +34,20 @@ export function createOperationsQueries(s: string, finished: string) {
      * Named queues held up behind a failing head: the queue's first job in queue order (as
      * the claim sees it: due, or waiting for its retry) has failed at least once. With how
      * many jobs wait behind it. At most 50, those with the most waiting first.
+     *
+     * Only a queue with an available job that has had an attempt can be held up, so the heads
+     * are looked up for those queues alone (one pass over jobs finds them), never for every
+     * queue: with 100,000 queues a probe of each took 0.2 to 1 s. This also finds a queue whose
+     * job_queues row is missing (see startableJobs).
      */
     blockedQueues: `
+      with tried as (
+        select distinct t.queue_name from ${s}.jobs t
+        where t.queue_name is not null and t.is_available and t.attempts > 0 and t.cancel_requested_at is null
+      )
       select q.queue_name, h.id::text as head_id, h.task_identifier, h.attempts, h.max_attempts, h.run_at,
              (select count(*) from ${s}.jobs w where w.queue_name = q.queue_name and w.is_available)::int - 1 as behind
-      from ${s}.job_queues q
+      from tried q
       cross join lateral (${queueHead('q.queue_name', s, 'e.id, e.task_identifier, e.attempts, e.max_attempts, e.run_at')}) h
       where h.attempts > 0
       order by behind desc, q.queue_name
