@@ -166,6 +166,34 @@ describe('telemetry (OpenTelemetry)', () => {
     assert.ok((age.value as number) >= 60 && (age.value as number) < 120, `oldest due age ${age.value} s`);
   });
 
+  it('the gauges count the jobs a worker could start now: not those behind a running job or behind a head waiting for its retry', async () => {
+    await ctx.sql.query(`delete from job_queue.jobs where task_identifier = 'nobody_runs_this'`);
+    // one transaction: a reading sees all of it or none
+    await ctx.sql.query('begin');
+    await ctx.sql.query(`insert into job_queue.workers (id, timeout_ms) values ('busy-worker', 3600000)`);
+    await ctx.sql.query(`insert into job_queue.job_queues (queue_name, locked_at, locked_by) values ('held', null, null), ('busy', now(), 'busy-worker')`);
+    await ctx.sql.query(
+      `insert into job_queue.jobs (task_identifier, queue_name, run_at, attempts, first_run_at, locked_at, locked_by, started_at) values
+         -- queue held: its head failed once and waits an hour for its retry; the job behind it has been due for 10 minutes
+         ('nobody_runs_this', 'held', now() + interval '1 hour', 1, now() - interval '10 minutes', null, null, null),
+         ('nobody_runs_this', 'held', now() - interval '10 minutes', 0, null, null, null, null),
+         -- queue busy: a job runs in busy-worker; the one behind it has been due for 10 minutes
+         ('nobody_runs_this', 'busy', now() - interval '20 minutes', 1, null, now(), 'busy-worker', now()),
+         ('nobody_runs_this', 'busy', now() - interval '10 minutes', 0, null, null, null, null),
+         -- a job anyone could start, due for 5 minutes
+         ('nobody_runs_this', null, now() - interval '5 minutes', 0, null, null, null, null)`,
+    );
+    await ctx.sql.query('commit');
+    // the unqueued job, due for 5 minutes, alone
+    await waitFor('a reading of the gauges taken since', async () => ((await points('job_queue.queue.oldest_due_age'))[0]?.value as number) >= 300);
+    const [[depth], [age]] = [await points('job_queue.queue.depth'), await points('job_queue.queue.oldest_due_age')];
+    assert.equal(depth.value, 1, 'the startable jobs: neither queue has one');
+    assert.ok((age.value as number) < 600, `the oldest startable job's age, not the jobs' behind the queues' heads: ${age.value} s`);
+    await ctx.sql.query(`delete from job_queue.jobs where task_identifier = 'nobody_runs_this'`);
+    await ctx.sql.query(`delete from job_queue.job_queues where queue_name in ('held', 'busy')`);
+    await ctx.sql.query(`delete from job_queue.workers where id = 'busy-worker'`);
+  });
+
   it('a traceparent survives the columns it is kept in, span ids with the high bit set included; an invalid one is not kept', () => {
     for (const span of ['ffffffffffffffff', '8000000000000000', '7fffffffffffffff', '0000000000000001']) {
       const traceparent = `00-4bf92f3577b34da6a3ce929d0e0e4736-${span}-01`;

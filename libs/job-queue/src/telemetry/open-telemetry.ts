@@ -27,7 +27,7 @@ import type { TelemetryBridge, TraceCarrier } from './telemetry-bridge';
 /** The instrumentation scope, and `messaging.system` (a custom system, as the conventions allow). */
 export const TELEMETRY_NAME = 'nestjs-job-queue';
 const SYSTEM = 'nestjs_job_queue';
-/** How long a reading of the queue's depth serves the gauges (a collection reads both). */
+/** How long a reading of the startable jobs serves the gauges (a collection reads both). */
 const GAUGE_CACHE_MS = 1_000;
 
 /** What a ProxyTracerProvider hands spans to until an SDK registers a tracer provider: the API's no-op one. */
@@ -52,7 +52,7 @@ function errorType(error: unknown): string {
  * conventions: a producer span `send <destination>` per add() or addMany() whose context is
  * stored with the jobs, and a consumer span `process <destination>` per attempt, linked to it;
  * `messaging.process.duration` per attempt; counters of jobs completed, failed for good and
- * retried; gauges of the due jobs no worker holds and the age of the oldest. Without an SDK
+ * retried; gauges of the jobs a worker could start now and the age of the oldest. Without an SDK
  * the API hands out no-op spans and instruments, and nothing is stored with the jobs; an
  * attempt then skips the span altogether (tracing()), and events are not counted.
  */
@@ -70,8 +70,8 @@ export class OpenTelemetryBridge implements TelemetryBridge {
   private readonly failed: Counter;
   private readonly retried: Counter;
   private readonly gauges: [ObservableGauge, ObservableGauge];
-  private due?: Promise<{ count: number; oldestAge: number } | undefined>;
-  private dueAt = 0;
+  private startable?: Promise<{ count: number; oldestAge: number } | undefined>;
+  private startableAt = 0;
 
   constructor(private readonly db: JobQueueDatabase) {
     this.duration = this.meter.createHistogram('messaging.process.duration', {
@@ -81,22 +81,22 @@ export class OpenTelemetryBridge implements TelemetryBridge {
     this.completed = this.meter.createCounter('job_queue.jobs.completed', { description: 'Jobs completed', unit: '{job}' });
     this.failed = this.meter.createCounter('job_queue.jobs.failed', { description: 'Jobs that failed for good (no attempt left)', unit: '{job}' });
     this.retried = this.meter.createCounter('job_queue.jobs.retried', { description: 'Failed attempts that will be retried', unit: '{job}' });
-    const depth = this.meter.createObservableGauge('job_queue.queue.depth', { description: 'Due jobs no worker holds', unit: '{job}' });
-    const age = this.meter.createObservableGauge('job_queue.queue.oldest_due_age', { description: 'How long the oldest due job no worker holds has waited', unit: 's' });
+    const depth = this.meter.createObservableGauge('job_queue.queue.depth', { description: 'Jobs a worker could start now and none has taken', unit: '{job}' });
+    const age = this.meter.createObservableGauge('job_queue.queue.oldest_due_age', { description: 'How long the oldest job a worker could start now has been due', unit: 's' });
     this.gauges = [depth, age];
-    this.meter.addBatchObservableCallback(this.observeDue, this.gauges);
+    this.meter.addBatchObservableCallback(this.observeStartable, this.gauges);
   }
 
   close(): void {
-    this.meter.removeBatchObservableCallback(this.observeDue, this.gauges);
+    this.meter.removeBatchObservableCallback(this.observeStartable, this.gauges);
   }
 
-  private readonly observeDue: BatchObservableCallback = async (observer) => {
-    const due = await this.readDue();
-    if (!due) return;
+  private readonly observeStartable: BatchObservableCallback = async (observer) => {
+    const startable = await this.readStartable();
+    if (!startable) return;
     const [depth, age] = this.gauges;
-    observer.observe(depth, due.count, { 'messaging.system': SYSTEM });
-    observer.observe(age, due.oldestAge, { 'messaging.system': SYSTEM });
+    observer.observe(depth, startable.count, { 'messaging.system': SYSTEM });
+    observer.observe(age, startable.oldestAge, { 'messaging.system': SYSTEM });
   };
 
   async traceAdd(
@@ -199,15 +199,20 @@ export class OpenTelemetryBridge implements TelemetryBridge {
     (event.type === 'job:failed' ? this.failed : this.retried).add(1, attributes);
   }
 
-  /** The due jobs no worker holds, read at most once a second however many gauges ask. */
-  private readDue(): Promise<{ count: number; oldestAge: number } | undefined> {
-    if (!this.due || Date.now() - this.dueAt > GAUGE_CACHE_MS) {
-      this.dueAt = Date.now();
-      this.due = this.db
-        .run<{ count: number; oldest_age: number | null }>('dueJobs', [])
+  /**
+   * The jobs a worker could start now, as the claim and the health indicator see them
+   * (startableJobs: a named queue counts only its head, and only while no job of it runs), so
+   * that a queue waiting by design (behind a running job, or a head's retry) is no backlog.
+   * Read at most once a second however many gauges ask.
+   */
+  private readStartable(): Promise<{ count: number; oldestAge: number } | undefined> {
+    if (!this.startable || Date.now() - this.startableAt > GAUGE_CACHE_MS) {
+      this.startableAt = Date.now();
+      this.startable = this.db
+        .run<{ count: number; oldest_age: number | null }>('startableJobs', [])
         .then(([row]) => ({ count: row.count, oldestAge: row.oldest_age ?? 0 }))
         .catch(() => undefined); // the database is away: no reading rather than a wrong one
     }
-    return this.due;
+    return this.startable;
   }
 }
