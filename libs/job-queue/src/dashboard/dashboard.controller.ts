@@ -3,29 +3,19 @@ import { TaskRegistry } from '../discovery/task-registry';
 import { isJobQueueError } from '../core/errors';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import type { Job, JobState } from '../core/job';
-import { csrfToken } from './csrf';
 import { DashboardGuard } from './dashboard.guard';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';
 import { DashboardReader } from './dashboard-reader';
-import { errorCode, flashOf, type DoneCode, type ErrorCode } from './flash';
-import { query } from './html';
 import { cronPage } from './views/cron';
 import { jobPage } from './views/job';
 import { jobsPage, type JobsFilter } from './views/jobs';
 import type { PageContext } from './views/layout';
 import { overviewPage } from './views/overview';
 import { workersPage } from './views/workers';
-import { baseOf, setHeaders, HTML_HEADERS, type HttpRequest } from './http';
+import type { HttpRequest } from './http';
+import { pageContext, runAction } from './page-context';
 
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
-
-/** What an action did: a code of flash.ts (`done` or `error`), its number, and the page to show it on if not the default. */
-interface ActionOutcome {
-  done?: DoneCode;
-  n?: string;
-  error?: ErrorCode;
-  to?: string;
-}
 
 /**
  * The dashboard's pages (GET) and actions (POST, then a 303 redirect to a page). Ordinary
@@ -89,7 +79,7 @@ export class DashboardController {
   @Post('jobs/:id/retry')
   @Redirect()
   async retry(@Req() request: HttpRequest, @Param('id') id: string) {
-    return this.act(request, 3, `jobs/${id}`, async () => {
+    return runAction(request, 3, `jobs/${id}`, async () => {
       const [job] = await this.reader.jobs.retryJobs([this.jobId(id)]);
       if (!job) return { error: 'not-retryable' };
       return { done: 'retried' };
@@ -99,7 +89,7 @@ export class DashboardController {
   @Post('jobs/:id/cancel')
   @Redirect()
   async cancel(@Req() request: HttpRequest, @Param('id') id: string) {
-    return this.act(request, 3, `jobs/${id}`, async () => {
+    return runAction(request, 3, `jobs/${id}`, async () => {
       await this.reader.jobs.cancelJob(this.jobId(id), 'cancelled from the dashboard');
       return { done: 'cancelled' };
     });
@@ -108,7 +98,7 @@ export class DashboardController {
   @Post('jobs/:id/delete')
   @Redirect()
   async delete(@Req() request: HttpRequest, @Param('id') id: string) {
-    return this.act(request, 3, `jobs/${id}`, async () => {
+    return runAction(request, 3, `jobs/${id}`, async () => {
       await this.reader.jobs.deleteJob(this.jobId(id));
       return { done: 'deleted', n: id, to: 'jobs' };
     });
@@ -117,22 +107,7 @@ export class DashboardController {
   @Post('tasks/:task/retry-failed')
   @Redirect()
   async retryFailed(@Req() request: HttpRequest, @Param('task') task: string) {
-    return this.act(request, 3, '', async () => ({ done: 'retried-failed', n: String(await this.reader.jobs.retryFailedJobs(task)) }));
-  }
-
-  /** Runs an action and redirects (303) to `to` with what happened, as codes (flash.ts); a JobQueueError shows on that page. */
-  private async act(request: HttpRequest, depth: number, to: string, run: () => Promise<ActionOutcome>) {
-    const base = baseOf(request, depth);
-    let outcome: ActionOutcome;
-    try {
-      outcome = await run();
-    } catch (error) {
-      if (!isJobQueueError(error)) throw error;
-      outcome = { error: errorCode(error) };
-    }
-    const page = outcome.to ?? to;
-    // the overview at the root's own path: Fastify has no route for it with a trailing slash
-    return { url: `${page ? `${base}/${page}` : base || '/'}${query({ done: outcome.done, n: outcome.n, error: outcome.error })}`, statusCode: 303 };
+    return runAction(request, 3, '', async () => ({ done: 'retried-failed', n: String(await this.reader.jobs.retryFailedJobs(task)) }));
   }
 
   private jobId(id: string): string {
@@ -140,12 +115,8 @@ export class DashboardController {
     return id;
   }
 
-  /** What every page needs: its base path, a form token (set as a cookie if new), the flash message; and the page's headers. */
   private page(request: HttpRequest, response: unknown, depth: number, params: Record<string, string>): PageContext {
-    const base = baseOf(request, depth);
-    const { token, setCookie } = csrfToken(request, base);
-    setHeaders(response, { ...HTML_HEADERS, ...(setCookie ? { 'Set-Cookie': setCookie } : {}) });
-    return { base, csrf: token, readOnly: this.options.readOnly, flash: flashOf(params) };
+    return pageContext(request, response, depth, params, this.options.readOnly);
   }
 
   private redacted(jobs: Job[]): Job[] {
