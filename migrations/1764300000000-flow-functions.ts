@@ -280,15 +280,15 @@ export function createFlowFunctions(schema: string): string[] {
        ),
        flow as (select min(i.id) as flow_id, count(*)::int as n from ided i),
        deps as (
-         select distinct i.id as job_id, d.value as dependency_ref, q.id as dependency_id, coalesce(i.step ->> 'onDependencyFailure', 'fail') as policy
+         select distinct i.id as job_id, i.ref as job_ref, d.value as dependency_ref, q.id as dependency_id, coalesce(i.step ->> 'onDependencyFailure', 'fail') as policy
          from ided i cross join lateral jsonb_array_elements_text(coalesce(i.step -> 'dependsOn', '[]'::jsonb)) d(value)
          join ided q on q.ref = d.value
        ),
        pending as (select job_id, count(*)::int as n from deps group by job_id),
        made as (insert into ${s}.flows (id, unfinished) select flow_id, n from flow),
        edges as (
-         insert into ${s}.job_dependencies (job_id, dependency_ref, dependency_id, flow_id, policy)
-         select d.job_id, d.dependency_ref, d.dependency_id, f.flow_id, d.policy from deps d cross join flow f
+         insert into ${s}.job_dependencies (job_id, job_ref, dependency_ref, dependency_id, flow_id, policy)
+         select d.job_id, d.job_ref, d.dependency_ref, d.dependency_id, f.flow_id, d.policy from deps d cross join flow f
        ),
        queues as (
          insert into ${s}.job_queues (queue_name) select distinct i.step ->> 'queueName' from ided i where i.step ->> 'queueName' is not null
@@ -391,7 +391,7 @@ export function createFlowFunctions(schema: string): string[] {
      language plpgsql volatile as $fn$
      declare
        v_lost bigint[];
-       v_flows bigint[];
+       v_idle bigint[];
        v_finished bigint[];
      begin
        with lost as (
@@ -412,18 +412,26 @@ export function createFlowFunctions(schema: string): string[] {
        if v_lost is not null then
          perform ${s}.settle_flow_jobs(v_lost);
        end if;
-       with idle as (
+       select array_agg(i.id) into v_idle from (
          select f.id from ${s}.flows f
          where f.state = 'running' and f.updated_at < now() - idle_ms * interval '1 millisecond'
          order by f.updated_at
          limit 100
          for update skip locked
-       ),
-       counted as (
+       ) i;
+       if v_idle is null then
+         return query select coalesce(cardinality(v_lost), 0), 0;
+         return;
+       end if;
+       -- a dependent an earlier version's worker finished: its edges name it, its flow and its ref
+       update ${s}.finished_jobs f set flow_id = e.flow_id, flow_ref = e.job_ref
+       from (select distinct on (d.job_id) d.job_id, d.flow_id, d.job_ref from ${s}.job_dependencies d where d.flow_id = any(v_idle)) e
+       where f.id = e.job_id and f.flow_id is null;
+       with counted as (
          update ${s}.flows f set updated_at = now(),
            unfinished = (select count(*) from ${s}.jobs j where j.flow_id = f.id)
                       + (select count(*) from ${s}.blocked_jobs b where b.flow_id = f.id)
-         from idle i where f.id = i.id
+         where f.id = any(v_idle)
          returning f.id, f.unfinished
        )
        select array_agg(id) filter (where unfinished = 0) into v_finished from counted;

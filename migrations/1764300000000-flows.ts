@@ -82,6 +82,7 @@ export function createFlowsMigration(schema: string): new () => JobQueueMigratio
       await q.query(`
         create table if not exists ${s}.job_dependencies (
           job_id bigint not null,
+          job_ref text,
           dependency_ref text not null,
           dependency_id bigint not null,
           flow_id bigint not null,

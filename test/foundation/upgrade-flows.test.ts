@@ -19,7 +19,8 @@ const OLD_MIGRATIONS = [
  * flows and the trigger that settles them) while a worker of the previous release (9ca3c3e,
  * migrations 1–6) runs. Blocked jobs live apart from `jobs`, so the old worker's claims can
  * never take one; a flow job the old worker finishes loses its flow columns in finished_jobs,
- * and the new workers' flow sweep settles its dependents and counts its flow again.
+ * and the new workers' flow sweep settles its dependents, gives it back its flow (by the edges
+ * that name it) and counts its flow again.
  */
 describe('upgrading to migration 7 while workers of the previous version run', () => {
   const u = upgradeSetup('upgrade_flows', EVENTS_VERSION);
@@ -53,7 +54,7 @@ describe('upgrading to migration 7 while workers of the previous version run', (
           { ref: 'root', identifier: 'record', payload: { flow: n, ref: 'root' }, runAt: later },
           { ref: 'a', identifier: 'record', payload: { flow: n, ref: 'a' }, dependsOn: ['root'], flags: ['old-only'] },
           { ref: 'b', identifier: 'record', payload: { flow: n, ref: 'b' }, dependsOn: ['root'], flags: ['new-only'] },
-          { ref: 'join', identifier: 'record', payload: { flow: n, ref: 'join' }, dependsOn: ['a', 'b'] },
+          { ref: 'join', identifier: 'record', payload: { flow: n, ref: 'join' }, dependsOn: ['a', 'b'], flags: ['old-only'] },
         ]),
       ),
     );
@@ -64,7 +65,7 @@ describe('upgrading to migration 7 while workers of the previous version run', (
     assert.deepEqual(await q(`select count(*)::int as n from runs where job_id = any($1::bigint[])`, [blocked]), [{ n: 0 }], 'no blocked job ran');
     assert.deepEqual(await q(`select count(*)::int as n from job_queue.blocked_jobs`), [{ n: 30 }]);
 
-    // the roots completed from outside: a runs on the old worker, b on the new one, then the join
+    // the roots completed from outside: a runs on the old worker, b on the new one, then the join on the old one
     await t.jobs.completeJobs(flows.map((flow) => flow.jobs.root.id), { result: { approved: true } });
     const results = await Promise.all(flows.map((flow) => t!.jobs.waitForFlow(flow.flowId, { timeout: 60_000 })));
     assert.deepEqual(results[0], { root: { approved: true }, a: null, b: null, join: null });
@@ -76,10 +77,16 @@ describe('upgrading to migration 7 while workers of the previous version run', (
     for (const flow of flows) {
       assert.equal(ranAt.get(flow.jobs.a.id)!.pid, old.pid, 'a ran on the old worker');
       assert.equal(ranAt.get(flow.jobs.b.id)!.pid, process.pid, 'b ran on the new worker');
+      assert.equal(ranAt.get(flow.jobs.join.id)!.pid, old.pid, 'the join ran on the old worker');
       const join = ranAt.get(flow.jobs.join.id)!.at.getTime();
       assert.ok(join > ranAt.get(flow.jobs.a.id)!.at.getTime() && join > ranAt.get(flow.jobs.b.id)!.at.getTime(), 'the join ran after both');
     }
     assert.deepEqual(await q(`select state, count(*)::int as n from job_queue.flows group by state`), [{ state: 'completed', n: 10 }]);
+    // what the old worker finished lost its flow columns; the sweep gave them back (by the edges)
+    for (const flow of flows) {
+      const read = await t.jobs.getFlow(flow.flowId);
+      assert.deepEqual(read?.jobs.map((job) => [job.flowRef, job.state]), [['root', 'completed'], ['a', 'completed'], ['b', 'completed'], ['join', 'completed']]);
+    }
     assert.doesNotMatch(old.output, /failed, retrying|add failed|Error/, 'the old worker reported no error');
     assert.deepEqual(logs, [], 'the new app neither warned nor erred');
     assert.deepEqual(await old.terminate(), { code: null, signal: 'SIGTERM' });

@@ -104,6 +104,8 @@ export function createJobQueueEntities(schema = 'job_queue') {
   @Entity({ schema, name: 'job_dependencies', synchronize: false })
   class JobDependencyEntity {
     @PrimaryColumn({ name: 'job_id', type: 'bigint' }) jobId!: string;
+    /** The dependent's own ref. */
+    @Column({ name: 'job_ref', type: 'text', nullable: true }) jobRef!: string | null;
     @PrimaryColumn({ name: 'dependency_ref', type: 'text' }) dependencyRef!: string;
     @Column({ name: 'dependency_id', type: 'bigint' }) dependencyId!: string;
     @Column({ name: 'flow_id', type: 'bigint' }) flowId!: string;
