@@ -149,6 +149,13 @@ for (const platform of PLATFORMS) describe(`dashboard (${platform})`, () => {
     );
     assert.equal(counts.byState.failed, 1);
     assert.equal(counts.byState.running, 1);
+    // a card per state, all on one row, each in its state's colour (blocked included: flows)
+    const cards = await page.locator('.cards .card').evaluateAll((cards) =>
+      cards.map((card) => ({ top: card.getBoundingClientRect().top, colour: card.ownerDocument.defaultView!.getComputedStyle(card).getPropertyValue('--c').trim() })),
+    );
+    assert.equal(new Set(cards.map((card) => card.top)).size, 1, `one row of cards: ${JSON.stringify(cards)}`);
+    assert.ok(cards.every((card) => /^#[0-9a-f]{6}$/.test(card.colour)), `every card has its colour: ${JSON.stringify(cards)}`);
+    assert.equal(new Set(cards.map((card) => card.colour)).size, cards.length, 'no two states share a colour');
     assert.match(await page.locator('section.tasks').innerText(), /charge_card/);
     // the chart's totals are the finished jobs of the last hour; the held-up queue names its head
     assert.match(await page.locator('.chart .legend').innerText(), /completed 1\s+failed 1/);

@@ -1,10 +1,13 @@
 /**
  * The dashboard's only assets, shipped in the package as strings (nothing from a CDN): one
  * style sheet and one small script (confirmations and auto-refresh). Pages work without it.
+ * Every state of JOB_STATES has its colour (`--<state>`, `.s-<state>`) and its card.
  */
+import { JOB_STATES } from '../core/job-state';
+
 export const STYLES = `
 :root{--bg:#f6f7f9;--panel:#fff;--ink:#1d2330;--muted:#667085;--line:#e4e7ec;--accent:#3b5bdb;--nav:#161b26;
---waiting:#3b82f6;--scheduled:#64748b;--running:#7c3aed;--retrying:#d97706;--completed:#16a34a;--failed:#dc2626;--cancelled:#6b7280}
+--blocked:#0e7490;--waiting:#3b82f6;--scheduled:#64748b;--running:#7c3aed;--retrying:#d97706;--completed:#16a34a;--failed:#dc2626;--cancelled:#6b7280}
 *{box-sizing:border-box}
 body{margin:0;background:var(--bg);color:var(--ink);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif}
 a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}
@@ -20,7 +23,7 @@ h1{font-size:20px;margin:0 0 16px;font-weight:650;display:flex;align-items:cente
 h2{font-size:14px;margin:0 0 10px;font-weight:650;color:#344054;text-transform:uppercase;letter-spacing:.5px}
 .panel{background:var(--panel);border:1px solid var(--line);border-radius:10px;padding:16px 18px;margin-bottom:18px}
 .grid{display:grid;gap:18px}.grid.two{grid-template-columns:1fr 1fr}.grid.side{grid-template-columns:2fr 1fr}
-.cards{display:grid;grid-template-columns:repeat(7,1fr);gap:12px;margin-bottom:18px}
+.cards{display:grid;grid-template-columns:repeat(${JOB_STATES.length},1fr);gap:12px;margin-bottom:18px}
 .card{background:var(--panel);border:1px solid var(--line);border-radius:10px;padding:12px 14px;border-top:3px solid var(--c);color:var(--ink)}
 .card:hover{text-decoration:none;border-color:var(--c)}
 .card .n{font-size:24px;font-weight:650;font-variant-numeric:tabular-nums}.card .l{color:var(--muted);font-size:12.5px;text-transform:capitalize}
@@ -31,7 +34,7 @@ tr:last-child td{border-bottom:0}tbody tr:hover{background:#fafbfc}
 td.num,th.num{text-align:right}td.err{color:#b42318;max-width:460px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .zero{color:#c0c5cf}
 .badge{display:inline-block;padding:1px 9px;border-radius:999px;font-size:12px;font-weight:600;color:#fff;background:var(--c);text-transform:capitalize;white-space:nowrap}
-.s-waiting{--c:var(--waiting)}.s-scheduled{--c:var(--scheduled)}.s-running{--c:var(--running)}.s-retrying{--c:var(--retrying)}
+.s-blocked{--c:var(--blocked)}.s-waiting{--c:var(--waiting)}.s-scheduled{--c:var(--scheduled)}.s-running{--c:var(--running)}.s-retrying{--c:var(--retrying)}
 .s-completed{--c:var(--completed)}.s-failed{--c:var(--failed)}.s-cancelled{--c:var(--cancelled)}
 .muted{color:var(--muted)}.mono,code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
 pre{background:#0f1420;color:#e6e9ef;border-radius:8px;padding:12px 14px;overflow:auto;max-height:360px;margin:0;white-space:pre-wrap;word-break:break-word}
