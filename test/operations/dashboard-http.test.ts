@@ -5,6 +5,7 @@ import { Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
 import { CookieJar, decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
+import { assertInert, extraTags, PLAIN, startTags, XSS } from '../support/dashboard-markup';
 
 /**
  * The dashboard over plain HTTP (fetch), so that it is tested where Chromium is missing too
@@ -17,16 +18,6 @@ import { CookieJar, decoded, FORM, formOf, tokenCookies } from '../support/dashb
 const SECRET = 'sk_live_7Hq2mZ9xVbW4';
 const OPERATOR = 'operator=yes';
 
-/** Markup an attacker puts into job data: closing the element or the attribute it lands in. */
-const XSS = {
-  html: `</pre><script>alert('payload')</script><img src=x onerror=alert('payload')>`,
-  attribute: `"><svg onload=alert('attribute')>`,
-  error: `"><img src=x onerror=alert('error')></td><script>alert('error')</script>`,
-  code: `'><svg/onload=alert('code')>`,
-  key: `"><svg onload=alert('key')></textarea><script>alert('key')</script>`,
-};
-/** The twin job's data: the same fields, plain text. */
-const PLAIN = { html: 'an invoice', attribute: 'plain text', error: 'template missing', code: 'E_TEMPLATE', key: 'invoice:7' };
 const ERRORS = { xss: XSS, twin: PLAIN };
 
 @Injectable()
@@ -85,44 +76,6 @@ function redact(job: Job): Job {
     lastError: job.lastError && hide(job.lastError),
     errors: job.errors.map((e) => ({ ...e, message: hide(e.message) })),
   };
-}
-
-/**
- * The start tags of a page as an HTML parser tokenizes them: each as its name and its
- * attributes' names (`svg onload`), whatever quotes or slashes separate them. End tags,
- * comments and text are skipped.
- */
-function startTags(page: string): string[] {
-  const tags: string[] = [];
-  const open = /<([a-zA-Z][^\s/>]*)/g;
-  const attribute = /[\s/]*(?:(>)|([^\s/>][^\s/>=]*)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]*))?)/y;
-  for (let match = open.exec(page); match; match = open.exec(page)) {
-    const names = [match[1].toLowerCase()];
-    attribute.lastIndex = open.lastIndex;
-    for (let part = attribute.exec(page); part && !part[1]; part = attribute.exec(page)) names.push(part[2].toLowerCase());
-    open.lastIndex = Math.max(open.lastIndex, attribute.lastIndex);
-    tags.push(names.join(' '));
-  }
-  return tags;
-}
-
-/** Tags of `page` that `baseline` does not have, counted (a multiset difference). */
-function extraTags(page: string[], baseline: string[]): string[] {
-  const left = [...baseline];
-  return page.filter((tag) => {
-    const at = left.indexOf(tag);
-    if (at === -1) return true;
-    left.splice(at, 1);
-    return false;
-  });
-}
-
-/** What no page may hold: an event handler attribute, or a job's markup as markup rather than text. */
-function assertInert(page: string, what: string): void {
-  const handlers = startTags(page).filter((tag) => tag.split(' ').slice(1).some((name) => name.startsWith('on')));
-  assert.deepEqual(handlers, [], `${what}: no element has an on* attribute`);
-  for (const [field, text] of Object.entries(XSS)) assert.ok(!page.includes(text), `${what}: the ${field} markup is not in the page unescaped`);
-  assert.doesNotMatch(page, /<(script|img|svg)[\s/]+(on|src=x)/i, `${what}: no tag from the job's data`);
 }
 
 for (const platform of PLATFORMS) describe(`dashboard over HTTP (${platform})`, () => {
