@@ -55,6 +55,13 @@ dl.facts{display:grid;grid-template-columns:150px 1fr;gap:7px 14px;margin:0}dl.f
 .chart svg{width:100%;height:190px;display:block}.legend{display:flex;gap:14px;font-size:12px;color:var(--muted);margin-top:6px}
 .legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:-1px}
 .empty{color:var(--muted);padding:18px 4px;text-align:center}
+.flow-summary{display:flex;flex-wrap:wrap;align-items:center;gap:8px;margin:-6px 0 16px}
+.graph{overflow:auto}.graph svg{display:block}
+.graph .box{fill:#fff;stroke:var(--line)}.graph a:hover .box{stroke:var(--accent)}.graph .stripe{fill:var(--c)}
+.graph text{font-size:12.5px;fill:var(--ink)}.graph .ref{font-weight:650}.graph .state{fill:var(--c);font-weight:600;font-size:11.5px}
+.graph .sub{fill:var(--muted);font-size:11.5px;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.graph .edge{fill:none;stroke:var(--c,#98a2b3);stroke-width:1.6}.graph .head{fill:var(--c,#98a2b3)}.graph .pending .edge{stroke-dasharray:5 4}
+tr.group th{background:#f9fafb;text-transform:none;letter-spacing:0;padding-top:10px}
 `;
 
 export const SCRIPT = `

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { CronTime } from 'cron';
 import { JobQueueDatabase } from '../db/job-queue-database';
+import type { Flow } from '../core/flow-steps';
 import { toJob, type Job, type JobRow } from '../core/job';
 import { JobQueueService, type JobCountsReport } from '../service/job-queue.service';
 
@@ -137,6 +138,17 @@ export class DashboardReader {
   async jobsById(ids: string[]): Promise<Job[]> {
     if (ids.length === 0) return [];
     return (await this.db.run<JobRow>('getJobs', [ids])).map((row) => toJob(row));
+  }
+
+  /**
+   * The flow with this id, as getFlow() reads it (its state, jobs and edges), or null: no such
+   * flow, or `id` is a job of another flow (getFlow takes an unfinished job's id for a flow of
+   * its own).
+   */
+  async flow(id: string): Promise<Flow | null> {
+    const flow = await this.jobs.getFlow(id);
+    if (!flow || (flow.jobs.length > 0 && flow.jobs.every((job) => job.flowId !== flow.flowId))) return null;
+    return flow;
   }
 
   /** The job with this id, or the jobs that have or had this key. */

@@ -7,6 +7,7 @@ import { DashboardGuard } from './dashboard.guard';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';
 import { DashboardReader } from './dashboard-reader';
 import { cronPage } from './views/cron';
+import { flowPage } from './views/flow';
 import { jobPage } from './views/job';
 import { jobsPage, type JobsFilter } from './views/jobs';
 import type { PageContext } from './views/layout';
@@ -64,6 +65,14 @@ export class DashboardController {
     // each step's result goes through redact as the job's result would (a copy of the job carrying it)
     const redactedSteps = steps.map((step) => ({ ...step, result: this.options.redact({ ...job, result: step.result }).result }));
     return jobPage(this.page(request, response, 2, params), this.redacted([job])[0], redactedSteps);
+  }
+
+  @Get('flows/:id')
+  async flow(@Req() request: HttpRequest, @Res({ passthrough: true }) response: unknown, @Param('id') id: string, @Query() params: Record<string, string>): Promise<string> {
+    if (!JOB_ID.test(id)) throw new NotFoundException(`flow ${id} not found`);
+    const flow = await this.reader.flow(id);
+    if (!flow) throw new NotFoundException(`flow ${id} not found`);
+    return flowPage(this.page(request, response, 2, params), { ...flow, jobs: this.redacted(flow.jobs) });
   }
 
   @Get('cron')
