@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
-import { isJobQueueError, Task, type Job } from '../../libs/job-queue/src';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { isJobQueueError, Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
+import { launchBrowser, screenshotPath } from '../support/browser';
 import { decoded } from '../support/dashboard-forms';
 import { assertInert, extraTags, PLAIN, startTags, XSS } from '../support/dashboard-markup';
 import { waitForValue } from '../support/wait';
@@ -22,10 +24,30 @@ class OperatorGuard implements CanActivate {
 
 @Injectable()
 class FlowTasks {
-  /** A flow's last step. */
+  /** A flow's root: completes at once. */
+  @Task('flow_fetch')
+  flowFetch() {
+    return { pages: 2 };
+  }
+
+  /** A flow's branch: runs until cancelled. */
+  @Task('flow_render')
+  async flowRender(_payload: unknown, ctx: JobContext) {
+    await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
+    throw ctx.signal.reason;
+  }
+
+  /** A flow's last step; added alone, a job that is a flow of its own. */
   @Task('flow_zip')
   flowZip() {
     return null;
+  }
+
+  /** Added alone, it continues with a flow_zip job: a chain, whose flow is the first job's id. */
+  @Task('flow_continue')
+  flowContinue(_payload: unknown, ctx: JobContext) {
+    ctx.continueWith('flow_zip', {});
+    return 'continued';
   }
 
   /** Fails for good, with the secret in its error. */
@@ -49,12 +71,18 @@ function redact(job: Job): Job {
 
 /**
  * The dashboard's flow page (flows/:id) over plain HTTP: the flow's state, its jobs by state
- * (their errors through redact) and its edges, its links, 404s, the guard, and refs and
- * errors with markup shown as text.
+ * (their errors through redact) and its edges, its links, 404s, the guard, refs and errors
+ * with markup shown as text, and the link to it on its jobs' pages. Then, in headless
+ * Chromium, a diamond flow whose states stay put while the test looks (a root completed, a
+ * branch running until cancelled, a branch waiting for its run_at, the join blocked), its page
+ * opened from a job's.
  */
 for (const platform of PLATFORMS) describe(`dashboard: flows (${platform})`, () => {
   let ctx: TestAppContext;
   let base: string;
+  let browser: Browser | undefined;
+  let context: BrowserContext;
+  let page: Page;
 
   before(async () => {
     ctx = await openTestApp(`dashboard_flow_${platform}`, {
@@ -66,13 +94,26 @@ for (const platform of PLATFORMS) describe(`dashboard: flows (${platform})`, () 
     base = `${ctx.t.url}/queue`;
   });
 
-  after(() => closeTestApp(ctx));
+  after(async () => {
+    await browser?.close();
+    await closeTestApp(ctx);
+  });
 
   const get = async (path: string) => {
     const response = await fetch(`${base}${path}`, { headers: { cookie: OPERATOR } });
     assert.equal(response.status, 200, `GET ${path}`);
     return response.text();
   };
+
+  /** A fresh browser context for the operator (the guard's cookie set). */
+  async function openOperatorPage(t: TestContext): Promise<boolean> {
+    browser ??= await launchBrowser(t);
+    if (!browser) return false;
+    context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+    await context.addCookies([{ name: 'operator', value: 'yes', url: ctx.t.url! }]);
+    page = await context.newPage();
+    return true;
+  }
 
   /** Waits until job `id` failed an attempt and its worker let it go (it retries in an hour). */
   const failedOnce = (id: string) =>
@@ -155,5 +196,122 @@ for (const platform of PLATFORMS) describe(`dashboard: flows (${platform})`, () 
       await jobs.cancelFlow(xss.flowId);
       await jobs.cancelFlow(twin.flowId);
     }
+  });
+
+  it("a job's page links to its flow's page when the flow is more than that job: a step of addFlow (blocked too), a chain's first job and its continuation; a job added alone links nowhere", async () => {
+    const { jobs } = ctx.t;
+    const flow = await jobs.addFlow([
+      { ref: 'fetch', identifier: 'flow_fetch', payload: {}, runAt: new Date(Date.now() + 3_600_000) },
+      { ref: 'zip', identifier: 'flow_zip', payload: {}, dependsOn: ['fetch'] },
+    ]);
+    try {
+      const alone = await jobs.add('flow_zip', {});
+      const first = await jobs.add('flow_continue', {});
+      await jobs.waitForJob(alone.id, { timeout: '10s' });
+      await jobs.waitForFlow(first.id, { timeout: '10s' });
+      const chain = (await jobs.getFlow(first.id))!.jobs.map((job) => job.id);
+      assert.equal(chain.length, 2, 'the job and its continuation');
+      const flowLink = (html: string) => /<dt>Flow<\/dt><dd class="flow">([\s\S]*?)<\/dd>/.exec(html)?.[1] ?? null;
+
+      assert.equal((await jobs.getJob(flow.jobs.zip.id))?.state, 'blocked');
+      for (const ref of ['fetch', 'zip']) {
+        const link = flowLink(await get(`/jobs/${flow.jobs[ref].id}`));
+        assert.equal(link, `<a href="flows/${flow.flowId}" class="mono">#${flow.flowId}</a> <span class="muted">as</span> <span class="mono">${ref}</span>`, `job ${ref}`);
+      }
+      for (const id of chain) assert.equal(flowLink(await get(`/jobs/${id}`)), `<a href="flows/${first.id}" class="mono">#${first.id}</a>`, `job ${id} of the chain`);
+      const aloneHtml = await get(`/jobs/${alone.id}`);
+      assert.equal(flowLink(aloneHtml), null, 'a job added alone names no flow');
+      assert.doesNotMatch(aloneHtml, /href="flows\//);
+
+      // the chain's page: both jobs, completed, drawn as one step (no ref), no edge
+      const chainPage = await get(`/flows/${first.id}`);
+      assert.match(chainPage, /<h1>Flow <span class="mono">#\d+<\/span> <span class="badge s-completed">completed<\/span><\/h1>/);
+      assert.deepEqual([...chainPage.matchAll(/<tr data-job="(\d+)">/g)].map((m) => m[1]), chain);
+      assert.match(chainPage, new RegExp(`<a href="jobs/${chain[1]}" class="node s-completed" data-ref="flow #${first.id}" data-depth="0"`));
+      assert.match(chainPage, new RegExp(`#${chain[1]} \\(2 jobs\\) · flow_zip`));
+      assert.match(chainPage, /No job of this flow waits for another/);
+    } finally {
+      await jobs.cancelFlow(flow.flowId); // its blocked job would show in the other test's list of blocked jobs
+    }
+  });
+
+  it("in a browser: a job's link opens its flow's page, which shows the flow's state, its jobs by state, its edges and a graph by depth, each step a link to its job", async (t) => {
+    if (!(await openOperatorPage(t))) return;
+    // a diamond: fetch completes; render-en runs (until cancelled), render-fr waits for its run_at, zip is blocked by both
+    const { flowId, jobs: steps } = await ctx.t.jobs.addFlow([
+      { ref: 'fetch', identifier: 'flow_fetch', payload: {} },
+      { ref: 'render-en', identifier: 'flow_render', payload: { lang: 'en' }, dependsOn: ['fetch'] },
+      { ref: 'render-fr', identifier: 'flow_render', payload: { lang: 'fr' }, dependsOn: ['fetch'], runAt: new Date(Date.now() + 3_600_000) },
+      { ref: 'zip', identifier: 'flow_zip', payload: {}, dependsOn: ['render-en', 'render-fr'], onDependencyFailure: 'continue' },
+    ]);
+    const id = (ref: string) => steps[ref].id;
+    try {
+      await waitForValue(ctx.sql, 'render-en to run', 'select count(*)::int from job_queue.jobs where id = $1 and started_at is not null', 1, [id('render-en')]);
+
+      // the running branch's page names its flow and its ref; its link opens the flow's page
+      await page.goto(`${base}/jobs/${id('render-en')}`);
+      assert.equal(await page.locator('dl.facts dd.flow').innerText(), `#${flowId} as render-en`);
+      await page.screenshot({ path: screenshotPath(platform, 'flow-1-job') });
+      await page.click(`dd.flow a[href="flows/${flowId}"]`);
+      await page.waitForURL(new RegExp(`/flows/${flowId}$`));
+      assert.match(await page.locator('h1').innerText(), new RegExp(`^Flow\\s+#${flowId}\\s+running$`, 'i'));
+      assert.match(await page.locator('.flow-summary').innerText(), /^4 jobs:\s+Blocked 1\s+Scheduled 1\s+Running 1\s+Completed 1\s+· 4 edges$/);
+
+      // its jobs, grouped by state in JOB_STATES' order: ref, task, state, attempts, each linking to its job
+      const groups = await page.locator('section.flow-jobs tbody').evaluateAll((bodies) =>
+        bodies.map((body) => [body.getAttribute('data-state'), [...body.querySelectorAll('tr[data-job]')].map((row) => [...row.querySelectorAll('td')].slice(0, 5).map((td) => td.textContent!.trim()))]),
+      );
+      const row = (ref: string, task: string, state: string, attempts: number) => [`#${id(ref)}`, ref, task, state, `${attempts}/${steps[ref].maxAttempts}`];
+      assert.deepEqual(groups, [
+        ['blocked', [row('zip', 'flow_zip', 'blocked', 0)]],
+        ['scheduled', [row('render-fr', 'flow_render', 'scheduled', 0)]],
+        ['running', [row('render-en', 'flow_render', 'running', 1)]],
+        ['completed', [row('fetch', 'flow_fetch', 'completed', 1)]],
+      ]);
+      const links = await page.locator('section.flow-jobs tr[data-job] td:first-child a').evaluateAll((as) => as.map((a) => a.getAttribute('href')));
+      assert.deepEqual(links, ['zip', 'render-fr', 'render-en', 'fetch'].map((ref) => `jobs/${id(ref)}`));
+
+      // its edges: who waits for whom, the policy, how the dependency ended
+      const edges = await page.locator('table.edges tbody tr').evaluateAll((rows) => rows.map((r) => [...r.querySelectorAll('td')].map((td) => td.textContent!.replace(/\s+/g, ' ').trim())));
+      const edge = (from: string, to: string, policy: string, ended: string) => [`${from} #${id(from)}`, `${to} #${id(to)}`, policy, ended];
+      assert.deepEqual(edges, [
+        edge('render-en', 'fetch', 'fail', 'completed'),
+        edge('render-fr', 'fetch', 'fail', 'completed'),
+        edge('zip', 'render-en', 'continue', 'not yet'),
+        edge('zip', 'render-fr', 'continue', 'not yet'),
+      ]);
+
+      // the graph: a column per depth, left to right, the two branches apart; an arrow per edge, dashed while it has not ended
+      const nodes = await page.locator('.graph svg a.node').evaluateAll((as) =>
+        as.map((a) => ({ ref: a.getAttribute('data-ref'), depth: a.getAttribute('data-depth'), state: a.getAttribute('data-state'), box: a.getBoundingClientRect().toJSON() as { x: number; y: number; width: number; height: number } })),
+      );
+      assert.deepEqual(nodes.map((n) => [n.ref, n.depth, n.state]), [['fetch', '0', 'completed'], ['render-en', '1', 'running'], ['render-fr', '1', 'scheduled'], ['zip', '2', 'blocked']]);
+      const [fetchBox, enBox, frBox, zipBox] = nodes.map((n) => n.box);
+      assert.ok(fetchBox.x + fetchBox.width < enBox.x && enBox.x === frBox.x && frBox.x + frBox.width < zipBox.x, `columns by depth: ${JSON.stringify(nodes)}`);
+      assert.ok(enBox.y + enBox.height <= frBox.y || frBox.y + frBox.height <= enBox.y, 'the branches do not overlap');
+      const arrows = await page.locator('.graph svg g.link').evaluateAll((gs) => gs.map((g) => `${g.getAttribute('data-to')} ← ${g.getAttribute('data-from')}: ${g.getAttribute('class')}`));
+      assert.deepEqual(arrows, ['render-en ← fetch: link s-completed', 'render-fr ← fetch: link s-completed', 'zip ← render-en: link pending', 'zip ← render-fr: link pending']);
+      await page.screenshot({ path: screenshotPath(platform, 'flow-2-page'), fullPage: true });
+
+      // a step of the graph opens its job, whose page links back
+      await page.click('.graph svg a.node[data-ref="fetch"]');
+      await page.waitForURL(new RegExp(`/jobs/${id('fetch')}$`));
+      assert.match(await page.locator('h1').innerText(), /flow_fetch\s+completed/i);
+      assert.equal(await page.locator('dl.facts dd.flow').innerText(), `#${flowId} as fetch`);
+
+      // the list of jobs filters on blocked, whose badge has its colour
+      await page.goto(`${base}/jobs?state=blocked`);
+      assert.deepEqual(await page.locator('table.jobs tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job'))), [id('zip')]);
+      const colour = await page.locator('table.jobs .badge.s-blocked').evaluate((badge) => badge.ownerDocument.defaultView!.getComputedStyle(badge).backgroundColor);
+      assert.equal(colour, 'rgb(14, 116, 144)');
+    } finally {
+      await ctx.t.jobs.cancelFlow(flowId);
+    }
+    await assert.rejects(ctx.t.jobs.waitForFlow(flowId, { timeout: '10s' }), (error) => isJobQueueError(error, 'JQ_FLOW_CANCELLED'));
+    await page.goto(`${base}/flows/${flowId}`);
+    assert.match(await page.locator('h1').innerText(), /cancelled$/i);
+    assert.deepEqual(await page.locator('section.flow-jobs tbody').evaluateAll((bodies) => bodies.map((body) => body.getAttribute('data-state'))), ['completed', 'cancelled']);
+    await page.screenshot({ path: screenshotPath(platform, 'flow-3-cancelled'), fullPage: true });
+    await context.close();
   });
 });

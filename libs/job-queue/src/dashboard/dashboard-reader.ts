@@ -151,6 +151,16 @@ export class DashboardReader {
     return flow;
   }
 
+  /**
+   * The id of the flow whose page `job`'s links to, or null for a job added alone that never
+   * continued (a flow of that one job). A step of addFlow has its ref, a continuation another
+   * job's flow id; the job a chain began with has its flows row.
+   */
+  async flowOf(job: Job): Promise<string | null> {
+    if (job.flowRef !== null || job.flowId !== job.id) return job.flowId;
+    return (await this.db.run('getFlow', [job.id])).length > 0 ? job.flowId : null;
+  }
+
   /** The job with this id, or the jobs that have or had this key. */
   async find(idOrKey: string): Promise<Job[]> {
     const text = idOrKey.trim();

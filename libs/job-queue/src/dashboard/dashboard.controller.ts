@@ -64,7 +64,7 @@ export class DashboardController {
     if (!job) throw new NotFoundException(`job ${id} not found`);
     // each step's result goes through redact as the job's result would (a copy of the job carrying it)
     const redactedSteps = steps.map((step) => ({ ...step, result: this.options.redact({ ...job, result: step.result }).result }));
-    return jobPage(this.page(request, response, 2, params), this.redacted([job])[0], redactedSteps);
+    return jobPage(this.page(request, response, 2, params), this.redacted([job])[0], redactedSteps, await this.reader.flowOf(job));
   }
 
   @Get('flows/:id')

@@ -6,8 +6,11 @@ import { action, layout, type PageContext } from './layout';
 
 const UNFINISHED = ['waiting', 'scheduled', 'running', 'retrying'];
 
-/** One job: its actions, facts, payload, result, durable steps, progress and every failed attempt. `job` and `steps` are already redacted. */
-export function jobPage(page: PageContext, job: Job, steps: JobStepView[] = []): string {
+/**
+ * One job: its actions, facts, payload, result, durable steps, progress and every failed
+ * attempt; a link to its flow's page when `flowId` is given. `job` and `steps` are already redacted.
+ */
+export function jobPage(page: PageContext, job: Job, steps: JobStepView[] = [], flowId: string | null = null): string {
   const held = job.lockedBy !== null;
   const actions: Html[] = [];
   if (job.state === 'failed' || job.state === 'cancelled') actions.push(action(page, `jobs/${job.id}/retry`, 'Retry', { primary: true }));
@@ -49,6 +52,7 @@ export function jobPage(page: PageContext, job: Job, steps: JobStepView[] = []):
       <dt>Task</dt><dd class="mono"><a href="jobs?task=${encodeURIComponent(job.taskIdentifier)}">${job.taskIdentifier}</a></dd>
       <dt>Queue</dt><dd class="mono">${job.queueName ? html`<a href="jobs?queue=${encodeURIComponent(job.queueName)}">${job.queueName}</a>` : '—'}</dd>
       <dt>Key</dt><dd class="mono">${job.key ?? '—'}</dd>
+      ${flowId === null ? '' : html`<dt>Flow</dt><dd class="flow"><a href="flows/${flowId}" class="mono">#${flowId}</a>${job.flowRef === null ? '' : html` <span class="muted">as</span> <span class="mono">${job.flowRef}</span>`}</dd>`}
       <dt>Attempts</dt><dd>${job.attempts} of ${job.maxAttempts}</dd>
       <dt>Priority</dt><dd>${job.priority}</dd>
       <dt>Flags</dt><dd class="mono">${job.flags.length ? job.flags.join(', ') : '—'}</dd>
