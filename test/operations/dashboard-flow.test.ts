@@ -6,7 +6,7 @@ import { isJobQueueError, Task, type Job, type JobContext } from '../../libs/job
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
 import { launchBrowser, screenshotPath } from '../support/browser';
-import { decoded } from '../support/dashboard-forms';
+import { decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
 import { assertInert, extraTags, PLAIN, startTags, XSS } from '../support/dashboard-markup';
 import { waitForValue } from '../support/wait';
 
@@ -232,6 +232,33 @@ for (const platform of PLATFORMS) describe(`dashboard: flows (${platform})`, () 
       assert.match(chainPage, /No job of this flow waits for another/);
     } finally {
       await jobs.cancelFlow(flow.flowId); // its blocked job would show in the other test's list of blocked jobs
+    }
+  });
+
+  it("a blocked job's page has the Cancel action, whose form cancels it", async () => {
+    const { jobs } = ctx.t;
+    const flow = await jobs.addFlow([
+      { ref: 'fetch', identifier: 'flow_fetch', payload: {}, runAt: new Date(Date.now() + 3_600_000) },
+      { ref: 'zip', identifier: 'flow_zip', payload: {}, dependsOn: ['fetch'] },
+    ]);
+    const zip = flow.jobs.zip.id;
+    try {
+      assert.equal((await jobs.getJob(zip))?.state, 'blocked');
+      const url = `${base}/jobs/${zip}`;
+      const response = await fetch(url, { headers: { cookie: OPERATOR } });
+      const { target, fields } = formOf(await response.text(), url, `jobs/${zip}/cancel`);
+      const cancelled = await fetch(target, {
+        method: 'POST',
+        headers: { ...FORM, cookie: [OPERATOR, ...tokenCookies(response)].join('; '), origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' },
+        body: fields.toString(),
+        redirect: 'manual',
+      });
+      assert.equal(cancelled.status, 303);
+      assert.equal(cancelled.headers.get('location'), `/queue/jobs/${zip}?done=cancelled`);
+      assert.equal((await jobs.getJob(zip))?.state, 'cancelled');
+      assert.doesNotMatch(await get(`/jobs/${zip}`), /action="jobs\/\d+\/cancel"/, 'no Cancel once it is cancelled');
+    } finally {
+      await jobs.cancelFlow(flow.flowId);
     }
   });
 

@@ -4,7 +4,7 @@ import { html, type Html } from '../html';
 import { badge, duration, json, when } from './format';
 import { action, layout, type PageContext } from './layout';
 
-const UNFINISHED = ['waiting', 'scheduled', 'running', 'retrying'];
+const UNFINISHED = ['blocked', 'waiting', 'scheduled', 'running', 'retrying'];
 
 /**
  * One job: its actions, facts, payload, result, durable steps, progress and every failed
