@@ -376,7 +376,7 @@ export function createFlowFunctions(schema: string): string[] {
        select count(*) into v_blocked from kept;
        select count(*) filter (where c.outcome = 'cancelled'), count(*) filter (where c.outcome = 'requested')
        into v_cancelled, v_requested
-       from (select j.id from ${s}.jobs j where j.flow_id = cancel_flow.flow_id or j.id = cancel_flow.flow_id order by j.id) ids
+       from (select j.id from ${s}.jobs j where j.flow_id = cancel_flow.flow_id or (j.id = cancel_flow.flow_id and j.flow_id is null) order by j.id) ids
        cross join lateral ${s}.cancel_job(ids.id, cancel_flow.reason) c;
        return query select v_blocked + v_cancelled, v_requested;
      end;

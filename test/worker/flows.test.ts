@@ -164,6 +164,15 @@ describe('flows: jobs that wait for jobs', () => {
     assert.ok(read?.jobs.every((job) => job.flowId === flow.flowId));
   });
 
+  it("a step's id is no flow's id: getFlow and cancelFlow of it find no flow, and touch nothing", async () => {
+    const flow = await c.t.jobs.addFlow([{ ref: 'x', identifier: 'step', payload: { ref: 'x' }, runAt: new Date(Date.now() + 3_600_000) }, step('y', ['x'])]);
+    const second = [flow.jobs.x.id, flow.jobs.y.id].find((id) => id !== flow.flowId)!;
+    assert.equal(await c.t.jobs.getFlow(second), null);
+    await assert.rejects(c.t.jobs.cancelFlow(second), { code: 'JQ_FLOW_NOT_FOUND' });
+    assert.deepEqual((await c.t.jobs.getFlow(flow.flowId))?.jobs.map((job) => job.state).sort(), ['blocked', 'scheduled']);
+    await c.t.jobs.cancelFlow(flow.flowId);
+  });
+
   it('a job added alone is a flow of its own; its chain is waited for by waitForFlow', async () => {
     const job = await c.t.jobs.add('step', { ref: 'alone', left: 1 });
     assert.equal(job.flowId, job.id);

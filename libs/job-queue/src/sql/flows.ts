@@ -62,7 +62,7 @@ export function createFlowQueries(s: string, channel: string) {
 
     /** $1 flow id: the ids of its jobs, in every table (a job added alone is its own flow). */
     getFlowJobIds: `
-      select j.id::text as id from ${s}.jobs j where j.flow_id = $1::bigint or j.id = $1::bigint
+      select j.id::text as id from ${s}.jobs j where j.flow_id = $1::bigint or (j.id = $1::bigint and j.flow_id is null)
       union select b.id::text from ${s}.blocked_jobs b where b.flow_id = $1::bigint
       union select f.id::text from ${s}.finished_jobs f where f.flow_id = $1::bigint or (f.id = $1::bigint and f.flow_id is null)`,
 
