@@ -59,7 +59,7 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   );
   const scaleLines = [config.processes > 0 ? 'worker processes' : '', config.scale ? 'backlog' : ''].filter(Boolean).join(', then ');
   console.log(
-    'rounds:     each round runs add() one at a time of all three systems and addMany() of both queues, interleaved, then nestjs-job-queue (then its lifecycle drains), ' +
+    'rounds:     each round runs add() one at a time of all three systems and addMany() of both queues, interleaved, then nestjs-job-queue (then its lifecycle drains, then its flows), ' +
       'then graphile-worker (default, then batched), then plain SQL' +
       (scaleLines ? `, then the scale lines (${scaleLines})` : ''),
   );
