@@ -5,6 +5,7 @@ import { JobQueueError } from './errors';
 import { validateTaskIdentifier } from './validate-job-spec';
 import { validateSchemaName } from './schema-name';
 import type { JobMiddleware } from './middleware';
+import { resolvePoolingOptions, type PoolingOptions, type ResolvedPoolingOptions } from './pooling-options';
 
 type PostgresDataSourceOptions = Extract<DataSourceOptions, { type: 'postgres' }>;
 
@@ -31,7 +32,7 @@ const DEFAULT_RETENTION: Retention = { completed: DAY_MS, failed: 7 * DAY_MS, ca
 /** The longest retention short of forever (null): ten years. */
 const MAX_RETENTION_MS = 3650 * DAY_MS;
 
-export interface JobQueueModuleOptions {
+export interface JobQueueModuleOptions extends PoolingOptions {
   /** Schema of the job tables. Default `job_queue`. A plain identifier, at most 50 characters. */
   schema?: string;
   /** A DataSource to use (initialised by the module if it is not yet). Takes precedence. */
@@ -115,7 +116,7 @@ export interface JobQueueModuleOptions {
 export const JOB_QUEUE_OPTIONS = Symbol('nestjs-job-queue resolved options');
 
 /** The module's options, checked and with their defaults, frozen: nothing changes them after startup. */
-export interface ResolvedJobQueueOptions {
+export interface ResolvedJobQueueOptions extends ResolvedPoolingOptions {
   schema: string;
   /** Where the DataSource comes from, as given (db/job-queue-database.ts finds it). */
   dataSource?: DataSource;
@@ -218,6 +219,7 @@ export function resolveOptions(options: JobQueueModuleOptions): Readonly<Resolve
     );
   }
   return Object.freeze({
+    ...resolvePoolingOptions(options),
     dataSource: options.dataSource,
     dataSourceName: options.dataSourceName,
     connection: options.connection,
