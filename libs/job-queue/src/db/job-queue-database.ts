@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
-import type { ClientBase, Pool, QueryResultRow } from 'pg';
+import type { ClientBase, Pool, PoolConfig, QueryResultRow } from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
 import { createJobQueueMigrations } from './migrations';
 import { createJobQueueEntities, JobQueueEntities } from '../entities/job-queue-entities';
@@ -9,6 +9,9 @@ import { JobQueueError } from '../core/errors';
 import { runJobQueueMigrations } from './run-migrations';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { DirectPool } from './direct-pool';
+import { migrateBesidePooler } from './pooled-migrations';
+import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatementClash, transactionPoolerFound } from './pooler-check';
 
 /** The name of a statement of sql/queries.ts. */
 export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel' | 'eventsChannel'>;
@@ -26,26 +29,64 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   private ownsSource = false;
   /** Part of every prepared statement's name: bumped when the schema changed a statement's result (see run). */
   private generation = 0;
+  /** With transactionPooling and listenUrl: the connections that reach PostgreSQL directly. */
+  private readonly direct?: DirectPool;
 
   constructor(
     @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
     private readonly moduleRef: ModuleRef,
   ) {
     this.sql = createQueries(options.schema);
+    if (options.listenUrl) this.direct = new DirectPool(options.listenUrl, () => this.pool.options);
   }
 
   async onModuleInit(): Promise<void> {
     const source = this.findDataSource();
     if (!source.isInitialized) await source.initialize();
     this.source = source;
+    await this.checkPooler();
     if (this.options.migrationsRun) {
-      const applied = await runJobQueueMigrations(source, this.options.schema, createJobQueueMigrations(this.options.schema));
-      if (applied.length > 0) this.logger.log(`Applied migrations to schema "${this.options.schema}": ${applied.join(', ')}`);
+      const { schema } = this.options;
+      const migrations = createJobQueueMigrations(schema);
+      const applied = this.options.transactionPooling
+        ? await migrateBesidePooler(source, schema, migrations, this.direct?.config())
+        : await runJobQueueMigrations(source, schema, migrations);
+      if (applied.length > 0) this.logger.log(`Applied migrations to schema "${schema}": ${applied.join(', ')}`);
     }
   }
 
   async onApplicationShutdown(): Promise<void> {
+    await this.direct?.end();
     if (this.ownsSource && this.source?.isInitialized) await this.source.destroy();
+  }
+
+  /**
+   * Without transactionPooling, refuses a DataSource that goes through a transaction-mode
+   * pooler (JQ_TRANSACTION_POOLER), before anything relies on a session; with it, a listenUrl
+   * that does.
+   */
+  private async checkPooler(): Promise<void> {
+    if (!this.options.transactionPooling) {
+      if (await goesThroughTransactionPooler(this.pool)) throw transactionPoolerFound();
+    } else if (this.direct && (await goesThroughTransactionPooler(this.direct.get()))) {
+      throw listenUrlThroughPooler();
+    }
+  }
+
+  /**
+   * Where LISTEN can run: the DataSource's pool, or with transactionPooling the direct
+   * connections of listenUrl; undefined with transactionPooling and no listenUrl (then
+   * workers and waiters poll).
+   */
+  get listenPool(): Pool | undefined {
+    if (!this.options.transactionPooling) return this.pool;
+    return this.direct?.get();
+  }
+
+  /** Options for a direct connection of one's own (the vacuum): listenUrl's, or the pool's own when there is no pooler. Undefined through a pooler without listenUrl. */
+  directConnectionConfig(): PoolConfig | undefined {
+    if (!this.options.transactionPooling) return this.pool.options;
+    return this.direct?.config();
   }
 
   get dataSource(): DataSource {
@@ -77,14 +118,20 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
     return (await this.pool.query<Row>(this.sql[statement], values)).rows;
   }
 
-  /** Runs one statement as a named prepared statement on a connection of one's own (the worker's pinned one) or the pool. */
+  /**
+   * Runs one statement as a named prepared statement on a connection of one's own (the
+   * worker's pinned one) or the pool; unprepared through a transaction-mode pooler (a server
+   * connection there may never have seen the statement), unless `preparedStatements` says
+   * the pooler keeps them, or the connection is a direct one (listenUrl).
+   */
   async runOn<Row extends QueryResultRow>(client: Pool | ClientBase, statement: Statement, values: unknown[]): Promise<Row[]> {
+    if (!this.options.preparedStatements && !this.direct?.has(client)) return (await client.query<Row>(this.sql[statement], values)).rows;
     const prepared = () =>
       client.query<Row>({ name: `jq_${this.options.schema}_${this.generation}_${statement}`, text: this.sql[statement], values });
     try {
       return (await prepared()).rows;
     } catch (error) {
-      if (!isResultTypeChanged(error)) throw error;
+      if (!isResultTypeChanged(error)) throw preparedStatementClash(error, this.options.transactionPooling) ?? error;
       // A statement prepared before a schema change whose result it changes fails on every
       // connection that prepared it, for good: prepare every statement again, under new names.
       // The failed execution did nothing, so it is safe to run it again.

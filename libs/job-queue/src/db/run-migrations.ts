@@ -1,4 +1,4 @@
-import type { DataSource, MigrationInterface } from 'typeorm';
+import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
 import { quoteIdentifier } from '../sql/identifier';
 import { migrationLockKey, waitForLock, type JobQueueMigration } from '#migrations';
 
@@ -10,11 +10,18 @@ import { migrationLockKey, waitForLock, type JobQueueMigration } from '#migratio
  * and this agrees with a TypeORM runner given the same classes. No lock is held across
  * migrations: a runner that waits inside its transaction (TypeORM's) may go between two.
  * Returns the names of the migrations that were pending when it began.
+ *
+ * `locks: 'transaction'` (through a transaction-mode pooler, where a session lock would stay
+ * on whichever backend took it): every migration runs in one transaction, as TypeORM's runner
+ * runs them, under the transaction-scoped lock that `applyOnce` takes inside it; a migration
+ * that builds indexes then builds them plainly (writes to the table wait meanwhile), since
+ * `create index concurrently` cannot run in a transaction.
  */
 export async function runJobQueueMigrations(
   dataSource: DataSource,
   schema: string,
   migrations: Array<new () => MigrationInterface>,
+  { locks = 'session' }: { locks?: 'session' | 'transaction' } = {},
 ): Promise<string[]> {
   const pending: string[] = [];
   const runner = dataSource.createQueryRunner();
@@ -26,6 +33,10 @@ export async function runJobQueueMigrations(
       const name = migration.name ?? Migration.name;
       if (done.has(name)) continue;
       pending.push(name);
+      if (locks === 'transaction') {
+        await inTransaction(runner, () => migration.up(runner));
+        continue;
+      }
       if (migration.outsideTransaction) {
         await migration.up(runner);
         continue;
@@ -34,14 +45,7 @@ export async function runJobQueueMigrations(
       // holds a snapshot, which another runner's concurrent index build would wait for.
       await waitForLock(runner, 'pg_try_advisory_lock', schema);
       try {
-        await runner.startTransaction();
-        try {
-          await migration.up(runner);
-          await runner.commitTransaction();
-        } catch (error) {
-          await runner.rollbackTransaction();
-          throw error;
-        }
+        await inTransaction(runner, () => migration.up(runner));
       } finally {
         await runner.query('select pg_advisory_unlock(hashtext($1))', [migrationLockKey(schema)]);
       }
@@ -50,6 +54,17 @@ export async function runJobQueueMigrations(
     await runner.release();
   }
   return pending;
+}
+
+async function inTransaction(runner: QueryRunner, step: () => Promise<void>): Promise<void> {
+  await runner.startTransaction();
+  try {
+    await step();
+    await runner.commitTransaction();
+  } catch (error) {
+    await runner.rollbackTransaction();
+    throw error;
+  }
 }
 
 /** The names in `<schema>.migrations` (the ledger; empty when it does not exist yet). Also the CLI's view of what is applied. */
