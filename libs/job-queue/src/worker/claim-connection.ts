@@ -36,18 +36,28 @@ export const CLAIMS_APPLICATION_NAME = `nestjs-job-queue claims ${process.pid}`;
  * handlers for a connection, and keep their prepared statement. A failed claim destroys it
  * (it may be broken); the next claim takes another. On a smaller pool nothing is kept: each
  * claim takes a connection for a transaction of its own, with the settings for it alone.
+ *
+ * Through a transaction-mode pooler (`pooled`) a session setting would stay on whichever
+ * server connection ran the SET, for other clients, and be missing from the one the next
+ * claim gets: the kept connection then runs each claim in a transaction of its own with the
+ * settings made local to it (two more round trips a claim), and sets nothing for its session.
  */
 export class ClaimConnection {
   private client?: Promise<PoolClient>;
 
-  /** `pool`: the DataSource's, once it is initialised. */
-  constructor(private readonly pool: () => Pool) {}
+  constructor(
+    /** The DataSource's, once it is initialised. */
+    private readonly pool: () => Pool,
+    /** transactionPooling: no session settings. */
+    private readonly pooled = false,
+  ) {}
 
   /** Runs `claim` (one statement) on a connection with the claim settings. */
   async run<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
     if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction(claim);
     const client = await this.kept();
     try {
+      if (this.pooled) return await this.transactionOn(client, claim);
       return await claim(client);
     } catch (error) {
       this.drop(client, error);
@@ -55,12 +65,18 @@ export class ClaimConnection {
     }
   }
 
+  /** The claim in a transaction with the settings local to it; a failure leaves the connection to be destroyed by the caller. */
+  private async transactionOn<Row>(client: PoolClient, claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
+    await client.query(`begin; ${CLAIM_LOCAL_SETTINGS}`);
+    const rows = await claim(client);
+    await client.query('commit');
+    return rows;
+  }
+
   private async runInTransaction<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
     const client = await this.pool().connect();
     try {
-      await client.query(`begin; ${CLAIM_LOCAL_SETTINGS}`);
-      const rows = await claim(client);
-      await client.query('commit');
+      const rows = await this.transactionOn(client, claim);
       client.release();
       return rows;
     } catch (error) {
@@ -82,7 +98,7 @@ export class ClaimConnection {
     // A connection that dies between claims is dropped: the next claim takes another.
     client.on('error', (error) => this.drop(client, error));
     try {
-      await client.query(`${CLAIM_SESSION_SETTINGS}; set application_name = '${CLAIMS_APPLICATION_NAME}'`);
+      if (!this.pooled) await client.query(`${CLAIM_SESSION_SETTINGS}; set application_name = '${CLAIMS_APPLICATION_NAME}'`);
     } catch (error) {
       this.destroy(client, error);
       throw error;

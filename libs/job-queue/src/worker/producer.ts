@@ -41,7 +41,7 @@ export class Producer extends WorkerPart {
   ) {
     super(parts);
     this.prefetch = new PrefetchSizer(() => this.state.concurrency);
-    this.claims = new ClaimConnection(() => this.db.pool);
+    this.claims = new ClaimConnection(() => this.db.pool, this.options.transactionPooling);
   }
 
   /** Polls every pollInterval, for future, retried and unnotified jobs. */
