@@ -65,7 +65,7 @@ describe('health indicator (@nestjs/terminus)', () => {
     assert.equal(health.dueJobs, 0);
     assert.deepEqual(
       { ...(health.worker as Record<string, unknown>), heartbeatAgeMs: typeof (health.worker as Record<string, unknown>).heartbeatAgeMs },
-      { id: ctx.t.worker.workerId, running: true, listening: true, heartbeatAgeMs: 'number', runningJobs: 0 },
+      { id: ctx.t.worker.workerId, running: true, listening: true, polling: false, heartbeatAgeMs: 'number', runningJobs: 0 },
     );
   });
 

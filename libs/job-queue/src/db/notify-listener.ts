@@ -13,6 +13,10 @@ export const PINNED_APPLICATION_NAME = `nestjs-job-queue worker ${process.pid}`;
  * A worker's listener carries its heartbeats and the maintenance leader's statements too
  * (`connection`): pinned to the worker, it is never taken by handlers that fill the shared
  * pool, so a busy pool cannot starve them. waitForJob() has a listener of its own.
+ *
+ * Through a transaction-mode pooler with no direct connection (transactionPooling without
+ * listenUrl) the worker still pins a connection this way, with no channel and no
+ * application name (`applicationName` null): nothing that would outlive a transaction.
  */
 export class NotifyListener {
   private client?: PoolClient;
@@ -26,8 +30,8 @@ export class NotifyListener {
     /** `channel` undefined: (re)connected, anything may have been missed. */
     private readonly onNotify: (channel?: string, payload?: string) => void,
     private readonly onError: (error: unknown) => void,
-    /** As pg_stat_activity shows the connection. */
-    private readonly applicationName = PINNED_APPLICATION_NAME,
+    /** As pg_stat_activity shows the connection; null: not set (a pooled connection keeps no session setting). */
+    private readonly applicationName: string | null = PINNED_APPLICATION_NAME,
   ) {}
 
   async start(): Promise<void> {
@@ -48,7 +52,7 @@ export class NotifyListener {
       client.on('notification', (message) => this.onNotify(message.channel, message.payload));
       client.on('error', (error) => this.lost(client!, error));
       // Named, so that operators (and tests) can tell it in pg_stat_activity; reset on release.
-      await client.query(`set application_name = '${this.applicationName.replace(/'/g, "''")}'`);
+      if (this.applicationName !== null) await client.query(`set application_name = '${this.applicationName.replace(/'/g, "''")}'`);
       for (const channel of this.channels) await client.query(`listen ${quoteIdentifier(channel)}`);
       if (this.stopped) {
         client.release(true);
@@ -99,7 +103,8 @@ export class NotifyListener {
     const ignore = () => {};
     client.on('error', ignore);
     try {
-      await client.query('unlisten *; reset application_name');
+      const reset = [this.channels.length > 0 ? 'unlisten *' : '', this.applicationName !== null ? 'reset application_name' : ''].filter(Boolean);
+      if (reset.length > 0) await client.query(reset.join('; '));
       client.off('error', ignore); // back to the pool with only the pool's own listener
       client.release();
     } catch {

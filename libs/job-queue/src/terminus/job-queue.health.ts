@@ -62,11 +62,12 @@ export class JobQueueHealthIndicator {
     const heartbeatAgeMs = status.lastHeartbeatAt ? Date.now() - status.lastHeartbeatAt.getTime() : null;
     if (!status.running) problems.push('the worker is not running');
     else {
-      if (!status.listening) problems.push('the worker has lost its LISTEN connection');
+      // a worker behind a transaction-mode pooler without listenUrl polls by design: it has no LISTEN to lose
+      if (!status.listening && !status.polling) problems.push('the worker has lost its LISTEN connection');
       if (!status.registered) problems.push('the worker was declared dead and is rejoining');
       if (heartbeatAgeMs === null || heartbeatAgeMs > stale) problems.push(`the worker's last heartbeat was ${heartbeatAgeMs === null ? 'never' : `${heartbeatAgeMs} ms ago`}`);
     }
-    return { id: this.worker.workerId, running: status.running, listening: status.listening, heartbeatAgeMs, runningJobs: status.runningJobs };
+    return { id: this.worker.workerId, running: status.running, listening: status.listening, polling: status.polling, heartbeatAgeMs, runningJobs: status.runningJobs };
   }
 }
 

@@ -48,6 +48,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private readonly localSlots: LocalSlots;
   /** runUntilIdle() calls under way. */
   private idleRuns = 0;
+  /** The notice that it polls (transactionPooling without listenUrl) was logged. */
+  private pollingLogged = false;
   /** The async context start() ran in, which claimed jobs inherit from its timers and listener: jobs started at their add run in it too. */
   private ownScope = new AsyncResource('nestjs-job-queue worker');
 
@@ -110,6 +112,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     return {
       running: this.state.started && !this.state.stopping,
       listening: this.membership.listening,
+      polling: this.membership.polling,
       registered: this.membership.isMember,
       lastHeartbeatAt: this.membership.lastHeartbeat,
       runningJobs: this.state.running.size,
@@ -139,6 +142,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     producer.startPolling();
     if (this.options.localStart) this.localStart.offer(this.localSlots);
     this.logger.log(`Worker ${membership.workerId} started: concurrency ${state.concurrency}, tasks ${this.tasks.identifiers().join(', ') || '(none)'}`);
+    if (membership.polling) this.logPollingOnce();
     const poolWarning = poolSizeWarning(this.db.pool.options.max, state.concurrency);
     if (poolWarning) this.logger.warn(`Worker ${membership.workerId}: ${poolWarning}`);
     this.events.emit({ type: 'worker:start', workerId: membership.workerId });
@@ -196,6 +200,18 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     }
   }
 
+
+  /** Says once (at its first start) why a worker behind a transaction-mode pooler polls. */
+  private logPollingOnce(): void {
+    if (this.pollingLogged) return;
+    this.pollingLogged = true;
+    this.logger.warn(
+      `Worker ${this.membership.workerId}: transactionPooling is on and listenUrl is not set, so this worker cannot LISTEN (a transaction-mode pooler ` +
+        `gives each transaction any server connection, and notifications would go to whichever had listened): it polls for jobs every ` +
+        `${this.options.pollInterval} ms and hears cancels at its heartbeats (every ${this.options.heartbeatInterval} ms). ` +
+        'Set listenUrl to a direct connection string to be woken at once.',
+    );
+  }
 
   /** Concurrency: the option, or as many as the pool holds besides the queue's own connections, at most 10. */
   private sizeSlots(): void {

@@ -75,20 +75,34 @@ export class WorkerMembership extends PinnedConnection {
 
   /** Its LISTEN connection is up. */
   get listening(): boolean {
-    return this.listener?.connection !== undefined;
+    return !this.polling && this.listener?.connection !== undefined;
+  }
+
+  /**
+   * It cannot LISTEN (transactionPooling without listenUrl): it finds new jobs by polling every
+   * pollInterval and cancels at its heartbeats, on a pinned connection that listens to nothing.
+   */
+  get polling(): boolean {
+    return this.db.listenPool === undefined;
   }
 
   attach(hooks: MembershipHooks): void {
     this.hooks = hooks;
   }
 
-  /** Opens the pinned connection and LISTENs on the jobs and cancel channels. */
+  /**
+   * Opens the pinned connection and LISTENs on the jobs and cancel channels: on the pool, or
+   * on listenUrl's direct connections through a pooler; through a pooler without listenUrl it
+   * only pins a pooled connection (polling).
+   */
   async listen(onNotify: (channel?: string, payload?: string) => void): Promise<void> {
+    const listenPool = this.db.listenPool;
     this.listener = new NotifyListener(
-      this.db.pool,
-      [this.db.sql.channel, this.db.sql.cancelChannel],
+      listenPool ?? this.db.pool,
+      listenPool ? [this.db.sql.channel, this.db.sql.cancelChannel] : [],
       onNotify,
       (error) => this.events.reportError(this.id, 'listen', error),
+      listenPool ? undefined : null,
     );
     await this.listener.start();
   }

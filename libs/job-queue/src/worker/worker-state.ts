@@ -14,6 +14,11 @@ export interface WorkerStatus {
   running: boolean;
   /** Its LISTEN connection is up (it hears new jobs and cancels at once). */
   listening: boolean;
+  /**
+   * It polls by design: transactionPooling without listenUrl, where LISTEN cannot work. New
+   * jobs are then found within pollInterval, cancels at the next heartbeat; `listening` is false.
+   */
+  polling: boolean;
   /** Its row exists as far as it knows (false while it rejoins after being declared dead). */
   registered: boolean;
   /** Its last successful heartbeat (or registration). */
