@@ -1,5 +1,6 @@
-import { Injectable, type BeforeApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, type BeforeApplicationShutdown } from '@nestjs/common';
 import { JobQueueError, type JobQueueErrorCode } from '../core/errors';
+import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { NotifyListener } from '../db/notify-listener';
 import { toJob, type Job, type JobRow } from '../core/job';
@@ -42,6 +43,10 @@ const RETRY_READ_MS = 1_000;
  * that, a job is read again only when a notification names it (or, after a reconnect, when
  * anything may have been missed): a thousand waiters cost no polling. Works in a producer-only
  * app (`worker: false`): the connection is opened at the first wait.
+ *
+ * Through a transaction-mode pooler without listenUrl (no LISTEN there) it polls instead:
+ * every pollInterval, while anything is waited for, every waited job is read in one
+ * statement and every waitUntil() read again, as after a reconnect.
  */
 @Injectable()
 export class JobWaiter implements BeforeApplicationShutdown {
@@ -51,9 +56,16 @@ export class JobWaiter implements BeforeApplicationShutdown {
   private listener?: NotifyListener;
   private listening?: Promise<void>;
   private retryTimer?: NodeJS.Timeout;
+  /** Polling instead of LISTEN (transactionPooling without listenUrl). */
+  private pollTimer?: NodeJS.Timeout;
+  /** A poll's reads are under way: the next tick waits for them. */
+  private pollReading = false;
   private closed = false;
 
-  constructor(private readonly db: JobQueueDatabase) {}
+  constructor(
+    private readonly db: JobQueueDatabase,
+    @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
+  ) {}
 
   /** Resolves with the job once completed; rejects once it failed for good or was cancelled, or after `timeoutMs`. */
   async wait(id: string, timeoutMs?: number): Promise<Job> {
@@ -128,6 +140,7 @@ export class JobWaiter implements BeforeApplicationShutdown {
   async beforeApplicationShutdown(): Promise<void> {
     this.closed = true;
     clearTimeout(this.retryTimer);
+    clearInterval(this.pollTimer);
     for (const [id, forId] of this.waiters) {
       for (const waiter of forId) {
         clearTimeout(waiter.timer);
@@ -148,8 +161,13 @@ export class JobWaiter implements BeforeApplicationShutdown {
 
   private listen(): Promise<void> {
     this.listening ??= (async () => {
+      const pool = this.db.listenPool;
+      if (!pool) {
+        this.pollTimer = setInterval(() => void this.poll(), this.options.pollInterval);
+        return;
+      }
       this.listener = new NotifyListener(
-        this.db.pool,
+        pool,
         [this.db.sql.finishedChannel],
         (channel, payload) => this.heard(channel, payload),
         () => undefined, // it reconnects by itself, and reads every waited job again when it has
@@ -175,6 +193,19 @@ export class JobWaiter implements BeforeApplicationShutdown {
     }
     const waited = payload.split(',').filter((id) => this.waiters.has(id));
     if (waited.length > 0) void this.check(waited);
+  }
+
+  /** One round of polling: everything waited for is read again (each read settles what finished). */
+  private async poll(): Promise<void> {
+    if (this.pollReading || (this.waiters.size === 0 && this.readers.size === 0)) return;
+    this.pollReading = true;
+    try {
+      const reads = [...this.readers].flatMap(([id, forId]) => [...forId].map((waiter) => this.reread(id, waiter)));
+      if (this.waiters.size > 0) reads.push(this.check([...this.waiters.keys()]));
+      await Promise.all(reads);
+    } finally {
+      this.pollReading = false;
+    }
   }
 
   /** Reads the jobs in one statement and settles the waiters of those that finished. */
