@@ -46,6 +46,9 @@ export class JobQueueExplorer implements OnModuleInit, OnApplicationBootstrap, O
   onModuleInit(): void {
     this.registry.discover();
     this.queueListeners = this.findQueueListeners(); // a bad event type stops the app here
+    // and so does a listener that could hear nothing (transactionPooling without listenUrl)
+    const refused = this.queueListeners.length > 0 && this.queueEvents.refusal(`@OnQueueEvent on ${this.queueListeners[0].location}`);
+    if (refused) throw refused;
   }
 
   async onApplicationBootstrap(): Promise<void> {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Inject, Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { Observable } from 'rxjs';
+import { JobQueueError } from '../core/errors';
 import { errorMessage } from '../core/job-outcome';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import {
@@ -47,8 +48,16 @@ export class QueueEventStream implements BeforeApplicationShutdown {
   /** Changes of the row and the LISTEN, one at a time. */
   private changes: Promise<void> = Promise.resolve();
 
-  /** Every event of the cluster; each subscription registers this process as a listener of all of them. */
+  /**
+   * Every event of the cluster; each subscription registers this process as a listener of all
+   * of them. Errors at once (JQ_INVALID_OPTIONS) where this process cannot LISTEN.
+   */
   readonly events$: Observable<QueueEvent> = new Observable<QueueEvent>((subscriber) => {
+    const refused = this.refusal('queueEvents$');
+    if (refused) {
+      subscriber.error(refused);
+      return;
+    }
     const subscription = this.subscribe(queueEventFilter([]), (event) => subscriber.next(event));
     return () => void subscription.unsubscribe();
   });
@@ -58,8 +67,25 @@ export class QueueEventStream implements BeforeApplicationShutdown {
     @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
   ) {}
 
-  /** Calls `deliver` with every event `filter` wants, from now until unsubscribe(). */
+  /**
+   * Why `who` cannot hear queue events here, or undefined. Through a transaction-mode pooler
+   * without listenUrl nothing can LISTEN, and events are notifications, kept nowhere a poll
+   * could read them: subscribers are refused rather than left to hear nothing.
+   */
+  refusal(who: string): JobQueueError | undefined {
+    if (!this.options.transactionPooling || this.options.listenUrl) return undefined;
+    return new JobQueueError(
+      'JQ_INVALID_OPTIONS',
+      `${who} needs listenUrl with transactionPooling: cluster-wide events arrive by NOTIFY, which only a LISTEN on a direct connection hears ` +
+        '(a transaction-mode pooler cannot keep one), and they are not stored for a poll to find. Set listenUrl to a direct connection string, ' +
+        'or use @OnJobEvent (this process\'s own events) or getJob()/waitForJob() instead',
+    );
+  }
+
+  /** Calls `deliver` with every event `filter` wants, from now until unsubscribe(). Throws refusal()'s error where it cannot. */
   subscribe(filter: QueueEventFilter, deliver: (event: QueueEvent) => void): QueueEventSubscription {
+    const refused = this.refusal('a subscription to queue events');
+    if (refused) throw refused;
     const interest = { filter, deliver };
     this.interests.add(interest);
     return {
@@ -90,7 +116,7 @@ export class QueueEventStream implements BeforeApplicationShutdown {
       if (wanted !== null && !this.listener) {
         // LISTEN first: whatever is published once the row exists is heard
         this.listener = new NotifyListener(
-          this.db.pool,
+          this.db.listenPool ?? this.db.pool,
           [this.db.sql.eventsChannel],
           (channel, payload) => channel && payload && this.heard(payload),
           (error) => this.logger.warn(`listening for queue events failed, retrying: ${errorMessage(error)}`),
