@@ -93,17 +93,20 @@ export class JobsVacuum {
   }
 
   private async vacuum(): Promise<void> {
-    // The pool's own connection settings (pg's Pool makes each of its clients from them). The
-    // Pool keeps the password (a string or a function) as a property of them that a spread
-    // does not copy (it hides it from logs): it is copied by name.
-    const options = this.db.pool.options as ClientConfig;
+    // The pool's own connection settings (pg's Pool makes each of its clients from them), or
+    // listenUrl's through a transaction-mode pooler. The Pool keeps the password (a string or a
+    // function) as a property of them that a spread does not copy (it hides it from logs): it
+    // is copied by name. Through the pooler (no listenUrl) the vacuum goes there, with no session SET.
+    const direct = this.db.directConnectionConfig() as ClientConfig | undefined;
+    const options = direct ?? (this.db.pool.options as ClientConfig);
     // Timeouts the app set for its own queries do not apply: a long vacuum cut short would only start over.
     const client = new Client({ ...options, password: options.password, application_name: VACUUM_APPLICATION_NAME, statement_timeout: undefined, query_timeout: undefined });
     client.on('error', () => undefined); // a connection lost mid-vacuum: the query below fails with it
     this.client = client;
     try {
       await client.connect();
-      await client.query(`set statement_timeout = 0; set lock_timeout = 0`); // nor what the server or the role set
+      // nor what the server or the role set (a SET through a transaction-mode pooler would stay on its server connection, for others)
+      if (direct) await client.query(`set statement_timeout = 0; set lock_timeout = 0`);
       await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.schema)}.jobs`);
       const [state] = await this.db.runOn<VacuumState>(client, 'jobsVacuumState', []);
       this.leftByLast = state.dead_rows;
