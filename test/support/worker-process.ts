@@ -28,6 +28,8 @@
  * the job id and the pid into the test's `ticks` table; `flow-step` records a flow's step in
  * the test's `flow_runs` table (see the task).
  * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
+ * TRANSACTION_POOLING (`1`: the module's transactionPooling, DATABASE_URL being a pooler's) and
+ * LISTEN_URL (its listenUrl, a direct connection string),
  * ADD_AT_START (`{"identifier", "payload"}`: once ready, the process adds that job itself and
  * prints `added <id> <state>`: a job its own worker may start at its add, localStart),
  * and the module's durations when set: HEARTBEAT_INTERVAL, WORKER_TIMEOUT, SHUTDOWN_GRACE
@@ -243,6 +245,8 @@ const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [Cro
       useFactory: (dataSource: DataSource) => ({
         concurrency: Number(process.env.CONCURRENCY ?? 4),
         pollInterval: 200,
+        ...(process.env.TRANSACTION_POOLING === '1' ? { transactionPooling: true } : {}),
+        ...(process.env.LISTEN_URL ? { listenUrl: process.env.LISTEN_URL } : {}),
         ...(process.env.HEARTBEAT_INTERVAL ? { heartbeatInterval: Number(process.env.HEARTBEAT_INTERVAL) } : {}),
         ...(process.env.WORKER_TIMEOUT ? { workerTimeout: Number(process.env.WORKER_TIMEOUT) } : {}),
         ...(process.env.SHUTDOWN_GRACE ? { shutdownGracePeriod: Number(process.env.SHUTDOWN_GRACE) } : {}),
