@@ -1,6 +1,6 @@
 /**
  * The benchmark's parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES,
- * SCALE and BACKLOG, from the command line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`; `--scale`
+ * SCALE, BACKLOG and POOLER, from the command line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`; `--scale`
  * alone is SCALE=1) or else from the environment.
  */
 export interface BenchConfig {
@@ -20,6 +20,8 @@ export interface BenchConfig {
   scale: boolean;
   /** Jobs in the backlog line (only with SCALE=1). */
   backlog: number;
+  /** The pooler lines (pooler.ts): our drain through PgBouncer against it straight to PostgreSQL, when PgBouncer is installed. POOLER=0 skips them. */
+  pooler: boolean;
   /** Jobs added one at a time by each system: a tenth of `jobs`, since each is a round trip. */
   addOneJobs: number;
   /** The add-one-at-a-time phase runs each system's addOneJobs in this many slices, interleaved with the others' (adds-interleaved.ts). */
@@ -41,10 +43,10 @@ export interface BenchConfig {
 /** Bad parameters: reported without a stack trace. */
 export class UsageError extends Error {}
 
-const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS', 'HISTORY', 'PROCESSES', 'SCALE', 'BACKLOG'] as const;
+const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS', 'HISTORY', 'PROCESSES', 'SCALE', 'BACKLOG', 'POOLER'] as const;
 type Parameter = (typeof PARAMETERS)[number];
 /** On/off parameters: `--scale` alone turns one on. */
-const SWITCHES: readonly Parameter[] = ['SCALE'];
+const SWITCHES: readonly Parameter[] = ['SCALE', 'POOLER'];
 
 export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchConfig {
   const args = parseArgs(argv);
@@ -66,6 +68,8 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     scale: switchOn('SCALE', args.SCALE ?? env.SCALE),
     // Fifty times the JOBS drain it is compared with.
     backlog: read('BACKLOG', 1_000_000),
+    // On by default: three more drains a round, about ten seconds at the defaults; skipped where PgBouncer is not installed.
+    pooler: switchOn('POOLER', args.POOLER ?? env.POOLER ?? '1'),
     addOneJobs: Math.max(1, Math.ceil(jobs / 10)),
     // About 95 adds a slice at the default JOBS: a few hundred ms, shorter than the disk's drifts;
     // a multiple of the three systems, so that each goes first, second and third equally often.

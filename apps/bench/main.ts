@@ -5,8 +5,9 @@
  * first the systems' add() one at a time and addMany(), interleaved (adds-interleaved.ts), then
  * each system's other lines; this library's drain with and without a history of completed
  * jobs (suite.ts), and its flows against plain jobs (flows.ts); and its scale lines: several worker processes, and with SCALE=1 a big
- * backlog (scale.ts).
- * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES, SCALE, BACKLOG
+ * backlog (scale.ts); and where PgBouncer is installed, its drain through PgBouncer in transaction
+ * mode, with and without listenUrl, against the direct drain (pooler.ts).
+ * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES, SCALE, BACKLOG, POOLER
  * (env, or `npm run bench -- JOBS=2000 --scale`). Progress goes to stderr, the report to stdout.
  */
 import 'reflect-metadata';
@@ -15,6 +16,7 @@ import { readBenchConfig, UsageError, type BenchConfig } from './config';
 import { dropDatabase, openPostgresServer, readServerSettings, recreateDatabase, type PostgresServer, type ServerSettings } from './database';
 import { printReport, type RoundResult } from './report';
 import { runFlowLines } from './flows';
+import { poolerAvailable, runPoolerLines } from './pooler';
 import { runScale } from './scale';
 import { runSqlLimit } from './sql-limit';
 import { runSuite, type Progress, type QueueUnderTest, type SuiteResult, type WorkerMode } from './suite';
@@ -26,6 +28,7 @@ const THEIR_DATABASE = 'bench_gw';
 const SQL_DATABASE = 'bench_sql';
 const SCALE_DATABASE = 'bench_scale';
 const FLOW_DATABASE = 'bench_flows';
+const POOLER_DATABASE = 'bench_pooler';
 
 const progress = (message: string) => console.error(`[bench] ${message}`);
 
@@ -36,6 +39,8 @@ async function main(): Promise<void> {
     const settings = await readServerSettings(server.url);
     checkDurable(server, settings);
     progress(`${server.description}: fsync=${settings.fsync}, synchronous_commit=${settings.synchronousCommit}`);
+    const pooler = poolerAvailable(config);
+    if (config.pooler && !pooler) progress('PgBouncer is not installed (apt-get install pgbouncer, or PGBOUNCER_PATH): the pooler lines are skipped');
     const rounds: RoundResult[] = [];
     for (let round = 1; round <= config.rounds; round++) {
       const started = performance.now();
@@ -47,12 +52,13 @@ async function main(): Promise<void> {
       const theirs = await benchOn(server, THEIR_DATABASE, ['default', 'batched'], config, openGraphileWorker, step);
       const sqlLimit = await runSqlLimit(await recreateDatabase(server.url, SQL_DATABASE), config, step);
       const scale = config.processes > 0 || config.scale ? await runScale(await recreateDatabase(server.url, SCALE_DATABASE), config, step) : undefined;
-      rounds.push({ adds, ours, flows, theirs, sqlLimit, scale });
+      const pooled = pooler ? await runPoolerLines(await recreateDatabase(server.url, POOLER_DATABASE), config, step) : undefined;
+      rounds.push({ adds, ours, flows, theirs, sqlLimit, scale, pooler: pooled });
       progress(`round ${round}/${config.rounds} took ${((performance.now() - started) / 1000).toFixed(0)} s`);
     }
     printReport(config, { server: server.description, settings, graphileWorkerVersion: graphileWorkerVersion() }, rounds);
   } finally {
-    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE, FLOW_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
+    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE, FLOW_DATABASE, POOLER_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
     await server.stop();
   }
 }

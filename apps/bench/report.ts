@@ -3,9 +3,11 @@ import { describeSlices, sliceSizes, type AddsResult } from './adds-interleaved'
 import type { BenchConfig } from './config';
 import type { ServerSettings } from './database';
 import { cell, medianOf, perRound, printGrid, values, type Kind } from './report-format';
+import { printPooler } from './report-pooler';
 import { printScale } from './report-scale';
 import type { FlowResult } from './flows';
 import { printFlows } from './report-flows';
+import type { PoolerResult } from './pooler';
 import type { ScaleResult } from './scale';
 import type { SqlLimitResult } from './sql-limit';
 import type { Latency, SuiteResult, WorkerMode } from './suite';
@@ -27,6 +29,8 @@ export interface RoundResult {
   sqlLimit: SqlLimitResult;
   /** Absent with PROCESSES=0 and without SCALE=1. */
   scale?: ScaleResult;
+  /** Absent with POOLER=0 or without PgBouncer. */
+  pooler?: PoolerResult;
 }
 
 /** One line of a table: a value per round for each side. */
@@ -61,7 +65,8 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   console.log(
     'rounds:     each round runs add() one at a time of all three systems and addMany() of both queues, interleaved, then nestjs-job-queue (then its lifecycle drains, then its flows), ' +
       'then graphile-worker (default, then batched), then plain SQL' +
-      (scaleLines ? `, then the scale lines (${scaleLines})` : ''),
+      (scaleLines ? `, then the scale lines (${scaleLines})` : '') +
+      (rounds.some((r) => r.pooler) ? ', then the pooler lines' : ''),
   );
   console.log(`cells:      median of ${rounds.length} round(s)${rounds.length > 1 ? ' (min–max)' : ''}`);
   console.log('');
@@ -97,6 +102,10 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
     console.log('');
     printScale(config, scale);
   }
+  const pooler = rounds.flatMap((r) => (r.pooler ? [r.pooler] : []));
+  console.log('');
+  if (pooler.length > 0) printPooler(config, pooler);
+  else console.log(`pooler lines: skipped (${config.pooler ? 'PgBouncer is not installed' : 'POOLER=0'})`);
 }
 
 /**

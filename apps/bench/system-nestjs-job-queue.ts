@@ -3,7 +3,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import { JobQueueEntities, JobQueueMaintenance, JobQueueModule, JobQueueService, JobQueueWorker, Task, type RetentionOptions } from '../../libs/job-queue/src';
+import { JobQueueEntities, JobQueueMaintenance, JobQueueModule, JobQueueService, JobQueueWorker, Task, type JobQueueModuleOptions, type RetentionOptions } from '../../libs/job-queue/src';
 import { LocalStart } from '../../libs/job-queue/src/service/local-start';
 import type { BenchConfig } from './config';
 import { HandlerProbe } from './handler-probe';
@@ -38,14 +38,20 @@ export async function openNestJobQueue(url: string, config: BenchConfig): Promis
 }
 
 /** One Nest application context with this library, its worker not started: also what each worker process of the scale lines runs (worker-process.ts). */
-export async function openApp(url: string, config: BenchConfig, retention?: RetentionOptions): Promise<QueueUnderTest & { dataSource: DataSource; jobs: JobQueueService }> {
+export async function openApp(
+  url: string,
+  config: BenchConfig,
+  retention?: RetentionOptions,
+  /** More module options (the pooler lines' transactionPooling and listenUrl). */
+  moreOptions: Partial<JobQueueModuleOptions> = {},
+): Promise<QueueUnderTest & { dataSource: DataSource; jobs: JobQueueService }> {
   const probe = new HandlerProbe();
 
   @Module({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url, entities: JobQueueEntities, extra: { max: config.poolSize } }),
       // worker: false so that the worker does not start with the app: the drain times worker.start().
-      JobQueueModule.forRoot({ concurrency: config.concurrency, pollInterval: config.pollInterval, worker: false, retention }),
+      JobQueueModule.forRoot({ concurrency: config.concurrency, pollInterval: config.pollInterval, worker: false, retention, ...moreOptions }),
     ],
     providers: [BenchTasks, { provide: HandlerProbe, useValue: probe }],
   })
