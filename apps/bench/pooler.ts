@@ -47,7 +47,7 @@ export async function runPoolerLines(url: string, config: BenchConfig, progress:
       const app = apps[i];
       await settleJobsTable(direct.dataSource);
       await addInChunks(app, config.jobs, config.chunkSize);
-      progress(`pooler: drain ${config.jobs} jobs, ${line === 'direct' ? 'straight to PostgreSQL' : `through PgBouncer (${line})`}`);
+      progress(`pooler: drain ${config.jobs} jobs, ${line.startsWith('direct') ? `straight to PostgreSQL (${line})` : `through PgBouncer (${line})`}`);
       app.probe.reset();
       const started = performance.now();
       const worker = await app.startWorker('default');
