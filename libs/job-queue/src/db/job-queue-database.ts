@@ -83,6 +83,11 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
     return this.direct?.get();
   }
 
+  /** Whether LISTEN can run at all (listenPool is not undefined), known before the DataSource is. */
+  get canListen(): boolean {
+    return !this.options.transactionPooling || this.direct !== undefined;
+  }
+
   /** Options for a direct connection of one's own (the vacuum): listenUrl's, or the pool's own when there is no pooler. Undefined through a pooler without listenUrl. */
   directConnectionConfig(): PoolConfig | undefined {
     if (!this.options.transactionPooling) return this.pool.options;

@@ -83,7 +83,7 @@ export class WorkerMembership extends PinnedConnection {
    * pollInterval and cancels at its heartbeats, on a pinned connection that listens to nothing.
    */
   get polling(): boolean {
-    return this.db.listenPool === undefined;
+    return !this.db.canListen;
   }
 
   attach(hooks: MembershipHooks): void {
