@@ -94,6 +94,12 @@ class RunningPgBouncer implements PgBouncer {
   private readonly exited: Promise<void>;
   private exitedYet = false;
 
+  /** A process that exits without stop() (a test file cut short at its timeout) takes PgBouncer with it. */
+  private readonly killOnExit = () => {
+    this.child.kill('SIGKILL');
+    rmSync(this.dir, { recursive: true, force: true });
+  };
+
   constructor(
     private readonly child: ChildProcess,
     readonly port: number,
@@ -102,6 +108,7 @@ class RunningPgBouncer implements PgBouncer {
     child.stdout!.on('data', (chunk) => (this.output += chunk));
     child.stderr!.on('data', (chunk) => (this.output += chunk));
     this.exited = new Promise((resolve) => child.on('close', () => ((this.exitedYet = true), resolve())));
+    process.once('exit', this.killOnExit);
   }
 
   through(url: string): string {
@@ -123,6 +130,7 @@ class RunningPgBouncer implements PgBouncer {
 
   /** SIGTERM (PgBouncer closes every connection at once), then its folder is removed. */
   async stop(removeDir = true): Promise<void> {
+    process.off('exit', this.killOnExit);
     if (!this.exitedYet) this.child.kill('SIGTERM');
     await this.exited;
     if (removeDir) rmSync(this.dir, { recursive: true, force: true });

@@ -69,16 +69,18 @@ describe('an app through PgBouncer in transaction mode', { skip: skipWithoutPgBo
   const bouncer = () => pgbouncer.get();
   const opened: Array<{ t: TestApp; db: TestDatabase }> = [];
   const sqls: Client[] = [];
+  const databases: TestDatabase[] = [];
   after(async () => {
     for (const { t } of opened) await t.close().catch(() => undefined);
     await pgbouncer.stop();
     for (const sql of sqls) await sql.end();
-    for (const db of new Set(opened.map((o) => o.db))) await db.drop();
+    for (const db of databases) await db.drop();
   });
 
   /** A fresh database, a direct client on it, and `count` apps started at once through PgBouncer. */
   async function openApps(label: string, jobQueue: (db: TestDatabase) => JobQueueModuleOptions, count = 1, providers: Function[] = [PooledTasks]) {
     const db = await createTestDatabase(label);
+    databases.push(db);
     const sql = await connect(db.url);
     sqls.push(sql);
     const warnings: string[] = [];

@@ -53,11 +53,14 @@ for (const mode of ['polling', 'listenUrl'] as const) {
       });
     });
     after(async () => {
-      await stopWorkerProcesses();
-      await t?.close();
-      await pgbouncer.stop();
-      await sql?.end();
-      await db?.drop();
+      try {
+        await stopWorkerProcesses(); // throws if a process crashed: the rest is closed all the same
+      } finally {
+        await t?.close();
+        await pgbouncer.stop();
+        await sql?.end();
+        await db?.drop();
+      }
     });
 
     it('the workers say whether they poll, once each', () => {
