@@ -1,6 +1,7 @@
 import type { QueryRunner } from 'typeorm';
 import { applyOnce, createIndex, dropIndex, forget, type JobQueueMigration, type MigrationContext } from './ledger';
 import { createFinishingFunctions } from './1764300000000-finishing-functions';
+import { createFlowAdminFunctions } from './1764300000000-flow-admin-functions';
 import { createFlowFunctions, FLOW_FUNCTIONS } from './1764300000000-flow-functions';
 import { quoteIdentifier } from './names';
 
@@ -97,7 +98,7 @@ export function createFlowsMigration(schema: string): new () => JobQueueMigratio
       await q.query(`create index if not exists job_dependencies_flow_idx on ${s}.job_dependencies (flow_id)`);
       await q.query(`create index if not exists finished_jobs_flow_idx on ${s}.finished_jobs (flow_id) where flow_id is not null`);
       await createIndex(q, context, schema, 'jobs_flow_idx', `jobs (flow_id) where flow_id is not null`);
-      for (const statement of [...createFlowFunctions(schema), ...createFinishingFunctions(schema)]) await q.query(statement);
+      for (const statement of [...createFlowFunctions(schema), ...createFlowAdminFunctions(schema), ...createFinishingFunctions(schema)]) await q.query(statement);
       await q.query(`
         create or replace trigger finished_jobs_settle_flows after insert on ${s}.finished_jobs
         referencing new table as new_rows for each statement execute function ${s}.flow_jobs_finished()`);
