@@ -1,4 +1,5 @@
-import { JobQueueError, type JobQueueErrorCode } from '../core/errors';
+import type { JobQueueErrorCode } from '../core/errors';
+import { cancelRefusal, validateReason } from '../core/cancel-outcome';
 import type { Job } from '../core/job';
 import { mergeQueueEventFilters, type QueueEventFilter } from '../core/queue-events';
 import { validateJobIds, validateTaskIdentifier } from '../core/validate-job-spec';
@@ -13,7 +14,6 @@ export interface Refusal {
 }
 
 /** As JobQueueService.cancelJob() checks it. */
-const MAX_REASON_LENGTH = 1_000;
 
 /**
  * JobQueueService.retryJobs(): failed and cancelled jobs back to the queue (the SQL function
@@ -52,13 +52,13 @@ export interface Cancelled {
  */
 export async function cancelJobs(connection: CliConnection, ids: string[], reason: string | undefined): Promise<{ done: Cancelled[]; refused: Refusal[] }> {
   const jobIds = [...new Set(validateJobIds(ids))];
-  if (reason !== undefined && reason.length > MAX_REASON_LENGTH) throw new JobQueueError('JQ_INVALID_SPEC', `reason must be a string of at most ${MAX_REASON_LENGTH} characters`);
+  validateReason(reason);
   const done: Cancelled[] = [];
   const refused: Refusal[] = [];
   for (const id of jobIds) {
     const [{ outcome, state }] = await connection.run<{ outcome: string; state: string | null }>('cancelJob', [id, reason ?? null]);
-    if (outcome === 'not_found') refused.push({ id, code: 'JQ_JOB_NOT_FOUND', message: `job ${id} does not exist` });
-    else if (outcome === 'finished') refused.push({ id, code: 'JQ_JOB_FINISHED', message: `job ${id} is already ${state}: only an unfinished job can be cancelled` });
+    const refusal = cancelRefusal(id, outcome, state);
+    if (refusal) refused.push({ id, code: refusal.code, message: refusal.detail });
     else {
       if (outcome === 'cancelled') await publishCancelled(connection, id);
       done.push({ id, outcome: outcome === 'cancelled' ? 'cancelled' : 'requested', job: (await jobsById(connection, [id])).get(id) ?? null });

@@ -1,5 +1,5 @@
 import { JobQueueError } from '../core/errors';
-import { toJob, type Job, type JobRow } from '../core/job';
+import { latestJobs, toJob, type Job, type JobRow } from '../core/job';
 import { JOB_STATES, type JobState } from '../core/job-state';
 import { LIMITS, optionalString, validateJobIds, validateTaskIdentifier } from '../core/validate-job-spec';
 import { listStatements } from '../sql/read';
@@ -43,10 +43,7 @@ export async function showJob(connection: CliConnection, id: string): Promise<Jo
   return toJob(row);
 }
 
-/** The jobs with these ids as they are now, by id (getJobs: a job moving between tables may come twice; the first is kept). */
+/** The jobs with these ids as they are now, by id (getJobs; a job caught moving between tables: its finished row, as the service reads it). */
 export async function jobsById(connection: CliConnection, ids: string[]): Promise<Map<string, Job>> {
-  if (ids.length === 0) return new Map();
-  const byId = new Map<string, Job>();
-  for (const row of await connection.run<JobRow>('getJobs', [ids])) if (!byId.has(String(row.id))) byId.set(String(row.id), toJob(row));
-  return byId;
+  return ids.length === 0 ? new Map() : latestJobs(await connection.run<JobRow>('getJobs', [ids]));
 }

@@ -168,3 +168,16 @@ export function toJob<Payload = unknown, Result = unknown>(row: JobRow): Job<Pay
     traceContext: fromTraceColumns(row.trace_id, row.span_id, row.trace_flags),
   };
 }
+
+/**
+ * Rows of a read across the job tables (sql getJobs) as jobs by id. A job caught moving between
+ * two tables comes twice: its finished row tells the end.
+ */
+export function latestJobs(rows: readonly JobRow[]): Map<string, Job> {
+  const byId = new Map<string, Job>();
+  for (const row of rows) {
+    const job = toJob(row);
+    if (!byId.has(job.id) || job.finishedAt) byId.set(job.id, job);
+  }
+  return byId;
+}

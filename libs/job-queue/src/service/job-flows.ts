@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
 import { orderFlowSteps, type AddedFlow, type DependencyResult, type Flow, type FlowEdge, type FlowState, type FlowStep } from '../core/flow-steps';
-import { toJob, type Job, type JobRow, type JobSpec } from '../core/job';
+import type { Job, JobSpec } from '../core/job';
 import { toJsonText } from '../core/json';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { toTraceColumns, traceValues } from '../core/trace-context';
@@ -14,6 +14,7 @@ import { addedJobs, type AddedRow } from './added-jobs';
 import { checkManager } from './check-manager';
 import { JobSpecValidator } from './job-spec-validator';
 import { JobWaiter, type WaitRead } from './job-waiter';
+import { readJobs } from './read-jobs';
 
 /** waitForFlow() ended without results: JQ_FLOW_FAILED (naming the failed refs) or JQ_FLOW_CANCELLED, with the flow as it ended. */
 export class FlowEndedError extends JobQueueError {
@@ -65,20 +66,20 @@ export class JobFlows {
       }
     });
     const json = `[${ordered.map((step, index) => stepJson(step, jobs[index])).join(',')}]`;
-    const byRef: Record<string, Job> = {};
+    const flow: AddedFlow = { flowId: '', jobs: {} };
     await this.telemetry.traceAdd(jobs, 'addFlow', async (carrier) => {
       const trace = toTraceColumns(carrier);
       const rows = await this.db.run<AddedRow & { ref: string; blocked: boolean }>('addFlow', [json, ...traceValues(trace)], manager);
       const added = addedJobs(jobs, rows, trace);
-      const flowId = rows.reduce((min, row) => (BigInt(row.id) < BigInt(min) ? row.id : min), rows[0].id);
+      // the flow's id is its first job's (add_flow's smallest)
+      flow.flowId = rows.reduce((min, row) => (BigInt(row.id) < BigInt(min) ? row.id : min), rows[0].id);
       rows.forEach((row, index) => {
-        const job = added[index];
-        byRef[row.ref] = row.blocked ? { ...job, state: 'blocked', flowId, flowRef: row.ref, runAt: jobs[index].runAt ?? job.createdAt } : { ...job, flowId, flowRef: row.ref };
+        const job = { ...added[index], flowId: flow.flowId, flowRef: row.ref };
+        flow.jobs[row.ref] = row.blocked ? { ...job, state: 'blocked', runAt: jobs[index].runAt ?? job.createdAt } : job;
       });
       return added;
     });
-    const flowId = Object.values(byRef).reduce((min, job) => (BigInt(job.id) < BigInt(min) ? job.id : min), Object.values(byRef)[0].id);
-    return { flowId, jobs: byRef };
+    return flow;
   }
 
   /** The flow with this id (a job added alone is a flow of its own), or null. */
@@ -161,15 +162,11 @@ export class JobFlows {
     return (await this.db.run('continueJob', values, manager)).length === 1;
   }
 
+  /** The jobs with these ids as they are now, by id (ids are bigints: compared as such). */
   private async jobsById(ids: string[], manager?: EntityManager): Promise<Job[]> {
-    if (ids.length === 0) return [];
-    const byId = new Map<string, Job>();
-    for (const row of await this.db.run<JobRow>('getJobs', [ids], manager)) {
-      const job = toJob(row);
-      if (!byId.has(job.id) || job.finishedAt) byId.set(job.id, job); // caught moving between tables: the finished row tells the end
-    }
-    return [...byId.values()].sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+    return [...(await readJobs(this.db, ids, manager)).values()].sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
   }
+
 }
 
 interface EdgeRow {

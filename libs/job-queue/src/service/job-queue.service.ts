@@ -3,6 +3,8 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { JobSpecValidator } from './job-spec-validator';
 import { JobFlows } from './job-flows';
+import { readJobs } from './read-jobs';
+import { cancelRefusal, validateReason } from '../core/cancel-outcome';
 import type { AddedFlow, Flow, FlowStep } from '../core/flow-steps';
 import { JobQueueError } from '../core/errors';
 import { JobQueueDatabase } from '../db/job-queue-database';
@@ -25,17 +27,8 @@ import { countJobs, listJobs, type JobCountsReport, type JobPage, type ListJobsO
 export type { JobCounts, JobCountsReport, JobPage, ListJobsOptions, RescheduleOptions } from './job-lists';
 import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from '../core/validate-job-spec';
 
-const MAX_REASON_LENGTH = 1_000;
 /** The longest waitForJob timeout: about 24 days, what a Node.js timer holds. */
 const MAX_WAIT_MS = 2_147_483_647;
-
-/** A cancel's reason, checked: null for none. */
-function checkReason(reason: unknown): string | null {
-  if (reason !== undefined && (typeof reason !== 'string' || reason.length > MAX_REASON_LENGTH)) {
-    throw new JobQueueError('JQ_INVALID_SPEC', `reason must be a string of at most ${MAX_REASON_LENGTH} characters`);
-  }
-  return (reason as string | undefined) ?? null;
-}
 
 /** Adds and manages jobs. Every input is checked before anything is written. */
 @Injectable()
@@ -178,7 +171,7 @@ export class JobQueueService {
    * cancelJob does (their handlers' signals abort, in whatever process). Returns the flow after.
    */
   cancelFlow(flowId: string, reason?: string): Promise<Flow> {
-    return this.flows.cancel(flowId, checkReason(reason));
+    return this.flows.cancel(flowId, validateReason(reason));
   }
 
   /** The job, unfinished or finished (while its retention keeps it), or null. */
@@ -198,9 +191,9 @@ export class JobQueueService {
    */
   async cancelJob(id: string, reason?: string): Promise<Job> {
     const [jobId] = validateJobIds([id]);
-    const [{ outcome, state }] = await this.db.run<{ outcome: string; state: string | null }>('cancelJob', [jobId, checkReason(reason)]);
-    if (outcome === 'not_found') throw new JobQueueError('JQ_JOB_NOT_FOUND', `job ${jobId} does not exist`);
-    if (outcome === 'finished') throw new JobQueueError('JQ_JOB_FINISHED', `job ${jobId} is already ${state}: only an unfinished job can be cancelled`);
+    const [{ outcome, state }] = await this.db.run<{ outcome: string; state: string | null }>('cancelJob', [jobId, validateReason(reason)]);
+    const refusal = cancelRefusal(jobId, outcome, state);
+    if (refusal) throw refusal;
     // cancelled here, not by a worker's release, which publishes its own
     const audience = outcome === 'cancelled' ? await this.audience.fresh() : null;
     if (audience !== null) await this.db.run('publishCancelled', [jobId, audience]);
@@ -308,10 +301,10 @@ export class JobQueueService {
 
   /** The jobs with these ids as they are now, in the order given. */
   private async jobsById(ids: string[]): Promise<Job[]> {
-    if (ids.length === 0) return [];
-    const byId = new Map((await this.db.run<JobRow>('getJobs', [ids])).map((row) => [String(row.id), toJob(row)]));
+    const byId = await readJobs(this.db, ids);
     return ids.flatMap((id) => byId.get(id) ?? []);
   }
+
 
   /** Changes when and how jobs run. Jobs a worker holds are skipped. */
   async rescheduleJobs(ids: string[], options: RescheduleOptions): Promise<Job[]> {

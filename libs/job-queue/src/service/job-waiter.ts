@@ -3,7 +3,8 @@ import { JobQueueError, type JobQueueErrorCode } from '../core/errors';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { NotifyListener } from '../db/notify-listener';
-import { toJob, type Job, type JobRow } from '../core/job';
+import type { Job } from '../core/job';
+import { readJobs } from './read-jobs';
 
 /** A waitForJob() that ended without a result: JQ_JOB_FAILED or JQ_JOB_CANCELLED, with the job as it ended. */
 export class JobEndedError extends JobQueueError {
@@ -210,9 +211,9 @@ export class JobWaiter implements BeforeApplicationShutdown {
 
   /** Reads the jobs in one statement and settles the waiters of those that finished. */
   private async check(ids: string[]): Promise<void> {
-    let rows: JobRow[];
+    let found: Map<string, Job>;
     try {
-      rows = await this.db.run<JobRow>('getJobs', [ids]);
+      found = await readJobs(this.db, ids);
     } catch {
       if (this.closed || this.waiters.size === 0) return;
       this.retryTimer ??= setTimeout(() => {
@@ -221,12 +222,6 @@ export class JobWaiter implements BeforeApplicationShutdown {
       }, RETRY_READ_MS);
       this.retryTimer.unref();
       return;
-    }
-    const found = new Map<string, Job>();
-    for (const row of rows) {
-      const job = toJob(row);
-      // Caught moving between the tables: the finished row tells the end.
-      if (!found.has(job.id) || job.finishedAt) found.set(job.id, job);
     }
     for (const id of ids) {
       const job = found.get(id);
