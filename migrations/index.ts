@@ -7,6 +7,7 @@ import { createClaimByQueueHeadsMigration } from './1764100000000-claim-by-queue
 import { createEventListenersMigration } from './1764200000000-event-listeners';
 import { createFlowsMigration } from './1764300000000-flows';
 import { createJobStepsMigration } from './1764400000000-job-steps';
+import { createJobCountsMigration } from './1764500000000-job-counts';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -26,5 +27,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createEventListenersMigration(schema),
     createFlowsMigration(schema),
     createJobStepsMigration(schema),
+    createJobCountsMigration(schema),
   ];
 }

@@ -4,7 +4,7 @@ import type { Client } from 'pg';
 import type { JobState, ListJobsOptions } from '../../libs/job-queue/src';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-import { planNodes, type PlanNode } from '../support/plan';
+import { explainStatement, planNodes, type PlanNode } from '../support/plan';
 
 const STATES: JobState[] = ['blocked', 'waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
 const FINISHED: JobState[] = ['completed', 'failed', 'cancelled'];
@@ -281,7 +281,7 @@ describe('lists and counts over a million finished jobs', () => {
       for (const [label, values] of cases) {
         // listJobs plans these for their values on every call (runPlannedEachTime): a generic plan never runs
         for (const generic of [false]) {
-          const { plan, ms } = await explain(listing(statement, values), values, generic);
+          const { plan, ms } = await explainStatement(sql, listing(statement, values), values, generic);
           const where = `${statement}, ${label}, ${generic ? 'generic' : 'custom'} plan`;
           const scans = scansOfHistory(plan);
           ctx.diagnostic(`${where}: ${ms.toFixed(1)} ms; ${scans.join('; ')}`);
@@ -296,7 +296,7 @@ describe('lists and counts over a million finished jobs', () => {
 
   it('countJobs reads finished_counts, not finished_jobs', async () => {
     for (const generic of [false, true]) {
-      const nodes = planNodes((await explain(statements.countJobs, [], generic)).plan);
+      const nodes = planNodes((await explainStatement(sql, statements.countJobs, [], generic)).plan);
       assert.ok(!nodes.some((node) => node['Relation Name'] === 'finished_jobs'), 'finished_jobs is not read');
       assert.ok(nodes.some((node) => node['Relation Name'] === 'finished_counts'));
     }
@@ -312,7 +312,7 @@ describe('lists and counts over a million finished jobs', () => {
       for (const [label, values] of cases) {
         // listJobs plans these for their values on every call (runPlannedEachTime): a generic plan never runs
         for (const generic of [false]) {
-          const { plan, ms } = await explain(listing(statement, values), values, generic);
+          const { plan, ms } = await explainStatement(sql, listing(statement, values), values, generic);
           const where = `${statement}, ${label}, ${generic ? 'generic' : 'custom'} plan`;
           const scans = scansOfHistory(plan);
           ctx.diagnostic(`${where}: ${ms.toFixed(1)} ms; ${scans.join('; ')}`);
@@ -322,21 +322,4 @@ describe('lists and counts over a million finished jobs', () => {
     }
     assert.deepEqual(failures, [], 'plans that scan the history without its index');
   });
-
-  /** The plan of `text` for `values`, run (EXPLAIN ANALYZE): as planned for these values, or the generic plan of a prepared statement. */
-  async function explain(text: string, values: unknown[], generic: boolean): Promise<{ plan: PlanNode; ms: number }> {
-    const read = (rows: Array<Record<string, unknown>>) => {
-      const [result] = rows[0]['QUERY PLAN'] as Array<{ Plan: PlanNode; 'Execution Time': number }>;
-      return { plan: result.Plan, ms: result['Execution Time'] };
-    };
-    if (!generic) return read((await sql.query(`explain (analyze, format json) ${text}`, values)).rows);
-    await sql.query(`set plan_cache_mode = force_generic_plan`);
-    try {
-      await sql.query(`prepare explained as ${text}`);
-      const args = values.map((v) => (v === null ? 'null' : `'${String(v).replace(/'/g, "''")}'`)).join(', ');
-      return read((await sql.query(`explain (analyze, format json) execute explained${values.length ? `(${args})` : ''}`)).rows);
-    } finally {
-      await sql.query('deallocate all; reset plan_cache_mode');
-    }
-  }
 });

@@ -30,3 +30,20 @@ export async function statisticsSayJobsIsEmpty(sql: Client): Promise<void> {
   await sql.query(`delete from job_queue.jobs where run_at <= now()`);
   await sql.query('vacuum job_queue.jobs');
 }
+
+/** The plan of `text` for `values`, run (EXPLAIN ANALYZE), and its time: as planned for these values, or the generic plan of a prepared statement (as a named statement may end up with). */
+export async function explainStatement(sql: Client, text: string, values: unknown[], generic: boolean): Promise<{ plan: PlanNode; ms: number }> {
+  const read = (rows: Array<Record<string, unknown>>) => {
+    const [result] = rows[0]['QUERY PLAN'] as Array<{ Plan: PlanNode; 'Execution Time': number }>;
+    return { plan: result.Plan, ms: result['Execution Time'] };
+  };
+  if (!generic) return read((await sql.query(`explain (analyze, format json) ${text}`, values)).rows);
+  await sql.query(`set plan_cache_mode = force_generic_plan`);
+  try {
+    await sql.query(`prepare explained as ${text}`);
+    const args = values.map((v) => (v === null ? 'null' : `'${String(v).replace(/'/g, "''")}'`)).join(', ');
+    return read((await sql.query(`explain (analyze, format json) execute explained${values.length ? `(${args})` : ''}`)).rows);
+  } finally {
+    await sql.query('deallocate all; reset plan_cache_mode');
+  }
+}

@@ -30,6 +30,8 @@ export const OPERATIONS_VERSION = 'f2489f6';
 export const QUEUE_HEADS_VERSION = '6521d3b';
 /** The last commit before migrations Flows1764300000000 and JobStepsAndBatches1764400000000 (it also has EventListeners1764200000000). */
 export const EVENTS_VERSION = '9ca3c3e';
+/** The last commit before migration JobCounts1764500000000 (it also has Flows1764300000000 and JobStepsAndBatches1764400000000). */
+export const FLOWS_VERSION = '1572e48';
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
 const fixtures = join(root, 'test', 'fixtures');

@@ -4,6 +4,7 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import { PinnedConnection } from '../db/pinned-connection';
 import { JobQueueEvents } from '../events/job-queue-events';
 import { QueueEventAudience } from '../events/queue-event-audience';
+import { foldJobCounts } from './count-folder';
 import { finishLeftovers } from './finisher';
 import { deleteExpiredJobs } from './history-cleaner';
 import { deleteFinishedFlows, sweepFlows } from './flow-sweeper';
@@ -19,8 +20,8 @@ const QUEUE_CLEANUP_EVERY_MS = 60_000;
  * The cluster's upkeep, run by one replica at a time (River's leader, elected the same way):
  * every worker process tries, each `heartbeatInterval`, to take or renew a lease that
  * expires `workerTimeout` later on the database's clock. The holder sweeps dead workers'
- * jobs (rescuer.ts), moves done jobs nobody finished to the history (finisher.ts), deletes
- * history past its retention (history-cleaner.ts), now and then idle queue rows
+ * jobs (rescuer.ts), moves done jobs nobody finished to the history (finisher.ts), folds the job counters'
+ * deltas (count-folder.ts), deletes history past its retention (history-cleaner.ts), now and then idle queue rows
  * (queue-cleaner.ts), and vacuums `jobs` once enough of its rows died (jobs-vacuum.ts). A leader that
  * stalls loses the lease when it expires; its sweeps are safe to overlap with the next
  * leader's anyway. Statements run on the worker's pinned connection, so a pool full of
@@ -116,6 +117,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       // current(), not fresh(): the read would take a pool connection, which handlers may all hold
       await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger, this.audience.current());
       await finishLeftovers(this.pinned);
+      await foldJobCounts(this.pinned);
       // Half a round at most, so that the lease is renewed on time behind a big backlog.
       await deleteExpiredJobs(this.pinned, this.options.retention, this.options.heartbeatInterval / 2);
       await deleteFinishedFlows(this.pinned, this.options.retention);

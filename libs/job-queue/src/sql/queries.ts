@@ -12,7 +12,8 @@
  * Beside it:
  *   sql/cron.ts         registerCrontabs, lockCrontab, scheduleCronTick (recurring jobs)
  *   sql/flows.ts        addFlow, dependencyResults, continueJob, getFlow*, cancelFlow, completeJobsWithResult, sweepFlows
- *   sql/read.ts         getJob(s), getJobsByKey, findJobsOfTask, listJobs*, countJobs
+ *   sql/read.ts         getJob(s), getJobsByKey, findJobsOfTask, listJobs*
+ *   sql/counts.ts       countJobs (counters, not a scan), foldJobCounts (the leader folds their deltas)
  *   sql/admin.ts        removeJob, completeJobs, permanentlyFailJobs, rescheduleJobs, cancelJob, retryJobs
  *   sql/workers.ts      a worker's own row (register, heartbeat, unregister), giveBackJobs
  *   sql/maintenance.ts  the leader's lease, the sweep (rescueJobs), cleanup and retention
@@ -30,6 +31,7 @@
 import { createAddQueries } from './add';
 import { createAdminQueries } from './admin';
 import { createClaimQueries } from './claim';
+import { createCountQueries } from './counts';
 import { createCronQueries } from './cron';
 import { createFlowQueries } from './flows';
 import { cancelChannel, eventsChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
@@ -65,6 +67,7 @@ export function createQueries(schema: string) {
     ...createCronQueries(s),
     ...createFlowQueries(s, channel),
     ...createReadQueries(s),
+    ...createCountQueries(s),
     ...createWorkerQueries(s, channel, finished),
     ...createMaintenanceQueries(s, channel, finished, events),
     ...createOperationsQueries(s, finished),

@@ -1,6 +1,6 @@
 /**
  * Reading jobs, beside the data path (add → row + NOTIFY → claim → run → release): getJob,
- * getJobs, getJobsByKey, findJobsOfTask, listJobs, countJobs. Unfinished jobs live in `jobs`; a job
+ * getJobs, getJobsByKey, findJobsOfTask, listJobs (countJobs: sql/counts.ts). Unfinished jobs live in `jobs`; a job
  * that completes, fails for good or is cancelled moves to `finished_jobs` (migration
  * JobLifecycle1763900000000). Reads put both tables in one shape, `state` included.
  * `s` is the quoted schema. (Moving jobs between states on request: sql/admin.ts.)
@@ -139,21 +139,6 @@ export function createReadQueries(s: string) {
     listJobsCompletedOfTask: listFinished(['completed'], true),
     listJobsFailedOfTask: listFinished(['failed'], true),
     listJobsCancelledOfTask: listFinished(['cancelled'], true),
-
-    /**
-     * Counts of unfinished jobs by state, task and queue (a scan of `jobs` and `blocked_jobs`: their size is the
-     * backlog), and of finished ones from the counts the triggers keep (a few rows per task).
-     */
-    countJobs: `
-      select state, task_identifier, queue_name, count(*)::bigint::text as count
-      from (select ${activeState('j')} as state, j.task_identifier, j.queue_name from ${s}.jobs j
-            union all select 'blocked', b.task_identifier, b.queue_name from ${s}.blocked_jobs b) active
-      group by 1, 2, 3
-      union all
-      select state, task_identifier, nullif(queue_name, ''), sum(count)::bigint::text
-      from ${s}.finished_counts
-      group by 1, 2, 3
-      having sum(count) <> 0`,
   };
 }
 
