@@ -1,57 +1,16 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { migrationLockKey } from '../../migrations';
 import { createJobQueueMigrations } from '../../libs/job-queue/src';
 import { closeTestApp, createTestApp, openTestApp, type TestAppContext } from '../support/app';
+import { assertOneLineError, cli, printed } from '../support/cli-process';
 import { connect, createTestDatabase } from '../support/database';
 import { countingTask } from '../support/tasks';
 import { waitFor, waitForValue } from '../support/wait';
 
-/**
- * The bin `nestjs-job-queue` as a pipeline runs it: the compiled entry (what the package's
- * "bin" points at, built by `npm test`'s build) in a process of its own, DATABASE_URL in its
- * environment, against a real database; what it did is read back from the rows.
- */
-const BIN = join(__dirname, '..', '..', 'libs', 'job-queue', 'src', 'cli', 'main.js');
 const MIGRATIONS = createJobQueueMigrations().map((Migration) => new Migration().name as string);
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs the bin with `args`, DATABASE_URL set to `url` (none when undefined), and waits for it to exit. */
-function cli(url: string | undefined, ...args: string[]): Promise<Run> {
-  const env = { ...process.env };
-  delete env.DATABASE_URL;
-  if (url !== undefined) env.DATABASE_URL = url;
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk) => (stdout += chunk));
-    child.stderr.on('data', (chunk) => (stderr += chunk));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
-/** What a run printed, for a failed assertion's message. */
-const printed = ({ code, stdout, stderr }: Run) => `exit ${code}\n--- stdout\n${stdout}--- stderr\n${stderr}`;
-
-/** The run ended with `code` and printed exactly one line on stderr, `CODE: …`, with no stack trace. */
-function assertOneLineError(run: Run, code: number, errorCode: string): void {
-  assert.equal(run.code, code, printed(run));
-  const lines = run.stderr.trimEnd().split('\n');
-  assert.equal(lines.length, 1, `one line on stderr:\n${printed(run)}`);
-  assert.match(lines[0], new RegExp(`^${errorCode}: \\S`), printed(run));
-  assert.doesNotMatch(run.stderr, /\n\s+at /, 'no stack trace');
-}
 
 const ledger = async (sql: Client) => (await sql.query('select name, count(*)::int as n from job_queue.migrations group by name order by name')).rows;
 

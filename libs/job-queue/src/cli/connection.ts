@@ -3,6 +3,7 @@ import { DataSource } from 'typeorm';
 import { JobQueueError } from '../core/errors';
 import { validateSchemaName } from '../core/schema-name';
 import type { Statement } from '../db/job-queue-database';
+import { goesThroughTransactionPooler, transactionPoolerFound } from '../db/pooler-check';
 import { quoteIdentifier } from '../sql/identifier';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { toConnectFailure } from './failures';
@@ -13,6 +14,24 @@ export interface ConnectionOptions {
   schema: string;
   /** Seconds to wait for the server to accept the connection. */
   connectTimeout: string;
+  /** `--transaction-pooling`: the URL goes through a pooler in transaction mode (or JOB_QUEUE_TRANSACTION_POOLING, see transactionPoolingOf). */
+  transactionPooling?: boolean;
+}
+
+/** The environment variable that says what `--transaction-pooling` says, for pipelines that set DATABASE_URL. */
+export const TRANSACTION_POOLING_ENV = 'JOB_QUEUE_TRANSACTION_POOLING';
+
+/**
+ * Whether the connection goes through a transaction-mode pooler: the flag, else the
+ * environment variable, `1`/`true` or `0`/`false`/empty (not commander's `.env()`, for which
+ * any value, `0` too, turns a flag on).
+ */
+export function transactionPoolingOf(options: Pick<ConnectionOptions, 'transactionPooling'>, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (options.transactionPooling) return true;
+  const value = (env[TRANSACTION_POOLING_ENV] ?? '').trim().toLowerCase();
+  if (value === '1' || value === 'true') return true;
+  if (value === '' || value === '0' || value === 'false') return false;
+  throw new JobQueueError('JQ_BAD_USAGE', `${TRANSACTION_POOLING_ENV} must be 1, true, 0 or false, got ${JSON.stringify(env[TRANSACTION_POOLING_ENV])}`);
 }
 
 /**
@@ -26,6 +45,12 @@ export interface CliConnection {
   readonly sql: JobQueueQueries;
   /** host:port/database, without user or password: what messages name. */
   readonly target: string;
+  /**
+   * `--transaction-pooling`: the URL goes through a pooler in transaction mode. Every command
+   * runs its statements unnamed (never prepared by name) and sets nothing for the session
+   * either way; this changes how `migrate` runs (migrate-command.ts).
+   */
+  readonly transactionPooling: boolean;
   /** One statement of sql/queries.ts. */
   run<Row extends QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]>;
   /** Any SQL text. */
@@ -56,6 +81,7 @@ export function parseDatabaseUrl(text: string | undefined): { url: string; targe
 export async function withConnection<T>(options: ConnectionOptions, work: (connection: CliConnection) => Promise<T>): Promise<T> {
   const schema = validateSchemaName(options.schema);
   const { url, target } = parseDatabaseUrl(options.databaseUrl);
+  const transactionPooling = transactionPoolingOf(options);
   const seconds = Number(options.connectTimeout);
   if (!Number.isFinite(seconds) || seconds <= 0) throw new JobQueueError('JQ_BAD_USAGE', `--connect-timeout must be a number of seconds above 0, got ${JSON.stringify(options.connectTimeout)}`);
   const dataSource = new DataSource({
@@ -83,18 +109,37 @@ export async function withConnection<T>(options: ConnectionOptions, work: (conne
   try {
     const pool = (dataSource.driver as unknown as { master: Pool }).master;
     const sql = createQueries(schema);
+    // unnamed statements (no `name`): nothing is left prepared on a server connection, which behind a transaction-mode pooler another client gets next
     const query = async <Row extends QueryResultRow>(text: string, values: unknown[] = []) => (await pool.query<Row>(text, values)).rows;
     return await work({
       dataSource,
       schema,
       sql,
       target,
+      transactionPooling,
       query,
       run: (statement, values) => query(sql[statement], values),
     });
   } finally {
     await dataSource.destroy().catch(() => undefined);
   }
+}
+
+/** What the refusal of a transaction-mode pooler tells the bin's user to do. */
+const POOLER_FIX =
+  'migrate would take its session advisory lock and build indexes concurrently there, where neither holds from one transaction to the next. ' +
+  'Pass --transaction-pooling (or set JOB_QUEUE_TRANSACTION_POOLING=1): each migration then runs in one transaction under a transaction-scoped lock, ' +
+  'its indexes built plainly; or point --database-url at PostgreSQL directly';
+
+/**
+ * Fails with JQ_TRANSACTION_POOLER when the connection goes through a pooler in transaction
+ * mode that `--transaction-pooling` did not declare: the module's check at startup
+ * (db/pooler-check.ts), with the bin's own advice.
+ */
+export async function refuseUndeclaredPooler(connection: CliConnection): Promise<void> {
+  if (connection.transactionPooling) return;
+  const pool = (connection.dataSource.driver as unknown as { master: Pool }).master;
+  if (await goesThroughTransactionPooler(pool)) throw transactionPoolerFound(POOLER_FIX, `the connections to ${connection.target}`);
 }
 
 /** Fails with JQ_SCHEMA_MISSING unless the schema has its jobs table: for the commands that read or change jobs. */

@@ -1,8 +1,9 @@
 import type { Command } from 'commander';
 import type { DataSource } from 'typeorm';
 import { JobQueueError } from '../core/errors';
+import { migrateBesidePooler } from '../db/pooled-migrations';
 import { runJobQueueMigrations } from '../db/run-migrations';
-import { withConnection, type CliConnection, type ConnectionOptions } from './connection';
+import { refuseUndeclaredPooler, withConnection, type CliConnection, type ConnectionOptions } from './connection';
 import { EXIT, type SetExitCode } from './exit-codes';
 import { toFailure } from './failures';
 import { readMigrationPlan, type KnownMigration, type MigrationPlan } from './migration-plan';
@@ -38,6 +39,8 @@ export function registerMigrate(program: Command, setExitCode: SetExitCode): voi
 }
 
 async function migrate(connection: CliConnection, options: MigrateOptions): Promise<number> {
+  // before anything is read or written: through a transaction-mode pooler the session lock could hang or be left behind
+  await refuseUndeclaredPooler(connection);
   const plan = await readMigrationPlan(connection);
   if (plan.unknown.length > 0) {
     printNote(`note: the ledger of schema "${connection.schema}" lists migrations this version does not know (a newer version applied them): ${plan.unknown.join(', ')}`);
@@ -67,7 +70,9 @@ async function migrate(connection: CliConnection, options: MigrateOptions): Prom
 /**
  * Applies one migration with the module's own runner (db/run-migrations.ts: the advisory lock,
  * the ledger, a transaction or none), on a QueryRunner that tells what it sends; whether this
- * run applied it is whether the ledger's insert was among the statements.
+ * run applied it is whether the ledger's insert was among the statements. With
+ * `--transaction-pooling`, as the module migrates through a pooler without listenUrl
+ * (db/pooled-migrations.ts): in one transaction under the transaction-scoped lock.
  */
 async function apply(connection: CliConnection, migration: KnownMigration, show: (statement: RecordedStatement) => void): Promise<Outcome> {
   const statements: RecordedStatement[] = [];
@@ -80,12 +85,13 @@ async function apply(connection: CliConnection, migration: KnownMigration, show:
   } as unknown as DataSource;
   const started = Date.now();
   try {
-    await runJobQueueMigrations(recording, connection.schema, [migration.Migration]);
+    if (connection.transactionPooling) await migrateBesidePooler(recording, connection.schema, [migration.Migration], undefined);
+    else await runJobQueueMigrations(recording, connection.schema, [migration.Migration]);
   } catch (error) {
     const failure = toFailure(error, connection.target);
     // the server gone or the login refused is that, whatever ran; anything else is this migration's failure
     if (failure.code === 'JQ_DB_UNREACHABLE' || failure.code === 'JQ_DB_LOGIN_FAILED') throw new JobQueueError(failure.code, failure.message);
-    const left = runsOutsideTransaction(migration.Migration)
+    const left = outsideTransaction(connection, migration.Migration)
       ? 'the steps it finished stay (each is safe to run again): run migrate again once the cause is fixed'
       : 'its transaction was rolled back';
     throw new JobQueueError('JQ_MIGRATION_FAILED', `${migration.name} failed: ${failure.message}; ${left}`);
@@ -103,9 +109,9 @@ async function apply(connection: CliConnection, migration: KnownMigration, show:
 async function dryRun(connection: CliConnection, plan: MigrationPlan, options: MigrateOptions): Promise<number> {
   const pending = await Promise.all(
     plan.pending.map(async ({ name, Migration }) => {
-      const outsideTransaction = runsOutsideTransaction(Migration);
-      const sql = options.showSql ? (await recordMigration(Migration, { inTransaction: !outsideTransaction })).filter((s) => !isRead(s.sql)).map(toScript) : undefined;
-      return { name, outsideTransaction, sql };
+      const outside = outsideTransaction(connection, Migration);
+      const sql = options.showSql ? (await recordMigration(Migration, { inTransaction: !outside })).filter((s) => !isRead(s.sql)).map(toScript) : undefined;
+      return { name, outsideTransaction: outside, sql, plainIndexes: outside !== runsOutsideTransaction(Migration) };
     }),
   );
   if (options.json) {
@@ -118,8 +124,10 @@ async function dryRun(connection: CliConnection, plan: MigrationPlan, options: M
     return EXIT.ok;
   }
   printLine(`${comment}Schema "${connection.schema}": ${pending.length} of ${plan.known.length} migrations pending${plan.schemaExists ? '' : ' (the schema does not exist yet)'}; nothing applied (--dry-run).`);
-  for (const { name, outsideTransaction, sql } of pending) {
-    const how = outsideTransaction ? 'outside a transaction, each step on its own; indexes built concurrently' : 'in one transaction';
+  for (const { name, outsideTransaction, sql, plainIndexes } of pending) {
+    const how = outsideTransaction
+      ? 'outside a transaction, each step on its own; indexes built concurrently'
+      : `in one transaction${plainIndexes ? '; indexes built plainly, blocking writes to their table while they build (--transaction-pooling)' : ''}`;
     printLine(options.showSql ? `\n-- ${name} (${how})` : `  ${name} (${how})`);
     if (!sql) continue;
     if (!outsideTransaction) printLine('begin;');
@@ -127,4 +135,9 @@ async function dryRun(connection: CliConnection, plan: MigrationPlan, options: M
     if (!outsideTransaction) printLine('commit;');
   }
   return EXIT.ok;
+}
+
+/** Whether this run applies `Migration` outside a transaction: as the module does, but never with --transaction-pooling. */
+function outsideTransaction(connection: CliConnection, Migration: KnownMigration['Migration']): boolean {
+  return !connection.transactionPooling && runsOutsideTransaction(Migration);
 }

@@ -25,6 +25,7 @@ export async function runCli(argv: string[]): Promise<number> {
     .addOption(new Option('--database-url <url>', 'postgres://user:password@host:5432/database').env('DATABASE_URL'))
     .option('--schema <name>', "the job queue's schema (the module's `schema` option)", 'job_queue')
     .option('--connect-timeout <seconds>', 'how long to wait for the server to accept the connection', '10')
+    .option('--transaction-pooling', 'the database URL goes through a pooler in transaction mode (PgBouncer, RDS Proxy, Supavisor); or JOB_QUEUE_TRANSACTION_POOLING=1')
     .addHelpText('after', '\nExit codes: 0 ok; 1 validate found the schema not current; 2 cannot connect; 3 bad usage or input;\n4 schema not installed; 5 a job action refused for some ids; 6 the database refused a statement; 7 a bug.')
     // commander's errors become ours: thrown, not printed or exited on
     .exitOverride()

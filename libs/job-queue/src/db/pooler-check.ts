@@ -35,14 +35,21 @@ export async function goesThroughTransactionPooler(pool: Pool): Promise<boolean>
   }
 }
 
-/** Refuses a DataSource that goes through a transaction-mode pooler unless the options say so. */
-export function transactionPoolerFound(): JobQueueError {
+/** What the module's refusal tells to do: its options. */
+const MODULE_FIX =
+  'The job queue would lose its LISTEN, its claim settings, its migration lock and its prepared statements there. ' +
+  'Set transactionPooling: true in JobQueueModule\'s options (and listenUrl to a direct connection string, to be woken by NOTIFY rather than by polling), ' +
+  'or connect the DataSource to PostgreSQL directly';
+
+/**
+ * Refuses connections that go through a transaction-mode pooler unless the options say so.
+ * `fix`: what the refusal tells to do (default: the module's options; the CLI names its flag).
+ */
+export function transactionPoolerFound(fix: string = MODULE_FIX, what = 'the DataSource\'s connections'): JobQueueError {
   return new JobQueueError(
     'JQ_TRANSACTION_POOLER',
-    'the DataSource\'s connections go through a pooler in transaction mode (PgBouncer pool_mode=transaction, RDS Proxy, Supavisor): ' +
-      'different transactions of one connection ran on different PostgreSQL backends. The job queue would lose its LISTEN, its claim settings, ' +
-      'its migration lock and its prepared statements there. Set transactionPooling: true in JobQueueModule\'s options ' +
-      `(and listenUrl to a direct connection string, to be woken by NOTIFY rather than by polling), or connect the DataSource to PostgreSQL directly; ${DEPLOYMENT_GUIDE}`,
+    `${what} go through a pooler in transaction mode (PgBouncer pool_mode=transaction, RDS Proxy, Supavisor): ` +
+      `different transactions of one connection ran on different PostgreSQL backends. ${fix}; ${DEPLOYMENT_GUIDE}`,
   );
 }
 
