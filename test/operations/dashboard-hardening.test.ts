@@ -5,6 +5,7 @@ import { Injectable, Module, type CanActivate, type ExecutionContext } from '@ne
 import { isJobQueueError, Task, type Job } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type TestAppContext } from '../support/app';
+import { CookieJar, formOf } from '../support/dashboard-forms';
 import { waitForValue } from '../support/wait';
 
 const SECRET = 'sk_live_do_not_show';
@@ -187,15 +188,56 @@ for (const platform of PLATFORMS) describe(`dashboard hardening (${platform})`, 
     assert.equal((await post({ origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' }, `_csrf=${TOKEN}`)).status, 303, 'the page itself');
   });
 
-  it('a token cookie that is not valid percent-encoding (a sibling site can set one) gets a new token, not a 500; an action with it is refused', async () => {
-    const cookie = 'jq_dashboard_csrf=%E0%A4%A; jq_dashboard_csrf_0badc0de=%E0%A4%A';
-    const page = await fetch(`${base}/jobs`, { headers: { cookie } });
-    assert.equal(page.status, 200, 'the page is served');
-    assert.match(page.headers.getSetCookie().join('\n'), /^jq_dashboard_csrf_[0-9a-f]{8}=[0-9a-f]{32};/m, 'with a new token');
+  it('a malformed token cookie: a page renders, expires it and issues a new token; an action with it alone is a 400, not a 403; a valid one beside it still acts', async () => {
     const { id } = await ctx.t.jobs.add('nobody_runs_this', {});
-    const post = await fetch(`${base}/jobs/${id}/cancel`, { method: 'POST', headers: { ...FORM, cookie }, body: '_csrf=%25E0%25A4%25A', redirect: 'manual' });
-    assert.equal(post.status, 403, 'the action is refused');
-    assert.equal((await ctx.t.jobs.getJob(id))?.cancelRequestedAt, null, 'nothing was cancelled');
+    const sameOrigin = { origin: ctx.t.url!, 'sec-fetch-site': 'same-origin' };
+    const cancel = (cookie: string, token: string, headers: Record<string, string> = sameOrigin) =>
+      fetch(`${base}/jobs/${id}/cancel`, { method: 'POST', headers: { ...FORM, cookie, ...headers }, body: `_csrf=${encodeURIComponent(token)}`, redirect: 'manual' });
+    const malformed: Record<string, string> = {
+      'not valid percent-encoding (a sibling site can set one)': '%E0%A4%A',
+      'too short': 'abc123',
+      'too long': `${TOKEN}00`,
+      'not hex': 'g'.repeat(32),
+      'upper-case hex': TOKEN.toUpperCase(),
+      'over-long': 'a'.repeat(3000),
+      empty: '',
+    };
+    for (const [what, value] of Object.entries(malformed)) {
+      for (const name of ['jq_dashboard_csrf', 'jq_dashboard_csrf_0badc0de']) {
+        const cookie = `${name}=${value}`;
+        const page = await fetch(`${base}/jobs/${id}`, { headers: { cookie } });
+        assert.equal(page.status, 200, `${what} (${name}): the page is served`);
+        const set = page.headers.getSetCookie();
+        assert.equal(set.length, 2, `${what} (${name}): ${set.join('\n')}`);
+        assert.match(set[0], new RegExp(`^${name}=; Path=/queue; HttpOnly; SameSite=Strict; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT$`), `${what}: expired first`);
+        assert.match(set[1], /^jq_dashboard_csrf_[0-9a-f]{8}=[0-9a-f]{32}; Path=\/queue;/, `${what}: then a new token`);
+        assert.equal(formOf(await page.text(), page.url, `jobs/${id}/cancel`).fields.get('_csrf'), set[1].split(/[=;]/)[1], `${what}: the form carries the new token`);
+
+        const refused = await cancel(cookie, TOKEN);
+        assert.equal(refused.status, 400, `${what} (${name}): a bad request, not a forgery`);
+        assert.match(await refused.text(), new RegExp(`malformed form token cookie \\(${name}\\): reload the page`));
+        assert.equal((await cancel(cookie, TOKEN, { origin: 'https://evil.example' })).status, 403, `${what}: from another origin, refused as such first`);
+      }
+    }
+    assert.equal((await ctx.t.jobs.getJob(id))?.state, 'waiting', 'nothing was cancelled');
+
+    // a valid cookie beside a malformed one (of another name, or of the same name from another
+    // path): the page keeps the valid token and expires only the malformed name
+    const other = `abcdef01${TOKEN.slice(8)}`;
+    const beside = `jq_dashboard_csrf=%E0%A4%A; jq_dashboard_csrf_abcdef01=${other}; jq_dashboard_csrf_0badc0de=${TOKEN}; jq_dashboard_csrf_0badc0de=junk`;
+    const page = await fetch(`${base}/jobs/${id}`, { headers: { cookie: beside } });
+    assert.equal(page.status, 200);
+    assert.deepEqual(page.headers.getSetCookie().map((c) => c.split(';')[0]), ['jq_dashboard_csrf='], 'only the malformed name, and no new token');
+    assert.equal(formOf(await page.text(), page.url, `jobs/${id}/cancel`).fields.get('_csrf'), other, 'the form keeps the first valid token');
+
+    // the reloaded page's form, posted with the cookies the browser then holds, acts
+    const jar = new CookieJar('jq_dashboard_csrf_0badc0de=junk');
+    const reloaded = await fetch(`${base}/jobs/${id}`, { headers: { cookie: jar.header } });
+    jar.store(reloaded);
+    const form = formOf(await reloaded.text(), reloaded.url, `jobs/${id}/cancel`);
+    const acted = await fetch(form.target, { method: 'POST', headers: { ...FORM, ...sameOrigin, cookie: `${jar.header}; jq_dashboard_csrf_0badc0de=junk` }, body: form.fields, redirect: 'manual' });
+    assert.equal(acted.status, 303, 'with a malformed cookie still sent beside the new one (a sibling site\'s, which the expiry cannot clear)');
+    assert.equal((await ctx.t.jobs.getJob(id))?.state, 'cancelled', 'the cancel went through');
   });
 
   it('an action redirects to this server whatever request-target the client sent', async () => {

@@ -1,4 +1,4 @@
-import { ForbiddenException } from '@nestjs/common';
+import { BadRequestException, ForbiddenException } from '@nestjs/common';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { header, isHttps, ownHost, type HttpRequest } from './http';
 
@@ -23,35 +23,50 @@ const TOKEN = /^[0-9a-f]{32}$/;
 const TOKEN_COOKIE = /^jq_dashboard_csrf(_[0-9a-f]{8})?$/;
 
 /**
- * The request's form tokens, from its token cookies in order. A value that is not valid
- * percent-encoding (which a sibling site can set for the whole domain) or not a token is
- * none, rather than an error on every page.
+ * The request's token cookies: the tokens, in order, and the names whose value is no token
+ * (not valid percent-encoding, which a sibling site can set for the whole domain; the wrong
+ * length; not lowercase hex). Such a cookie is ignored, never an error on every page; a name
+ * that also carries a valid token (two cookies of one name, from two paths or domains) is not
+ * counted as malformed, so that clearing it never drops the good one.
  */
-function tokens(request: HttpRequest): string[] {
-  const found: string[] = [];
+function tokenCookies(request: HttpRequest): { tokens: string[]; malformed: string[] } {
+  const tokens: string[] = [];
+  const bad = new Set<string>();
+  const good = new Set<string>();
   for (const part of (header(request, 'cookie') ?? '').split(';')) {
     const at = part.indexOf('=');
-    if (at <= 0 || !TOKEN_COOKIE.test(part.slice(0, at).trim())) continue;
+    const name = part.slice(0, at).trim();
+    if (at <= 0 || !TOKEN_COOKIE.test(name)) continue;
+    let value: string | undefined;
     try {
-      const value = decodeURIComponent(part.slice(at + 1).trim());
-      if (TOKEN.test(value)) found.push(value);
+      value = decodeURIComponent(part.slice(at + 1).trim());
     } catch {
       // URIError: not a token
     }
+    if (value !== undefined && TOKEN.test(value)) {
+      tokens.push(value);
+      good.add(name);
+    } else bad.add(name);
   }
-  return found;
+  return { tokens, malformed: [...bad].filter((name) => !good.has(name)) };
 }
 
 /**
- * The request's token, or a new one with the Set-Cookie header that stores it (for the paths
- * under `base`; Secure when the page came over HTTPS, so that it never travels in clear).
+ * The request's token, or a new one, and the Set-Cookie headers to send: the new token's
+ * cookie (for the paths under `base`; Secure when the page came over HTTPS, so that it never
+ * travels in clear), after one that expires each malformed token cookie the request carried,
+ * so that a browser holding a broken cookie gets a page, and a working form, rather than a
+ * refusal at every action. (A cookie set for another path or domain, a sibling site's, is not
+ * cleared by this: it stays ignored.)
  */
-export function csrfToken(request: HttpRequest, base: string): { token: string; setCookie?: string } {
-  const [existing] = tokens(request);
-  if (existing) return { token: existing };
+export function csrfToken(request: HttpRequest, base: string): { token: string; setCookie: string[] } {
+  const { tokens: [existing], malformed } = tokenCookies(request);
+  const attributes = `Path=${base || '/'}; HttpOnly; SameSite=Strict${isHttps(request) ? '; Secure' : ''}`;
+  const setCookie = malformed.map((name) => `${name}=; ${attributes}; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT`);
+  if (existing) return { token: existing, setCookie };
   const token = randomBytes(16).toString('hex');
   const name = `${CSRF_COOKIE}_${token.slice(0, 8)}`;
-  return { token, setCookie: `${name}=${token}; Path=${base || '/'}; HttpOnly; SameSite=Strict${isHttps(request) ? '; Secure' : ''}` };
+  return { token, setCookie: [...setCookie, `${name}=${token}; ${attributes}`] };
 }
 
 /** The host[:port] of an Origin header, or undefined when it is no URL. */
@@ -68,7 +83,9 @@ function hostOf(origin: string): string | undefined {
  * Sec-Fetch-Site says where the request comes from, and no page can forge it: that decides,
  * so a proxy that rewrites Host needs no configuration. Without it (older browsers), Origin
  * must name the host the browser asked for: X-Forwarded-Host from a proxy the app trusts,
- * else Host.
+ * else Host. A same-origin POST whose form token matches no valid token cookie while a token
+ * cookie is malformed is a bad request (400), not a forgery: reloading the page clears the
+ * cookie (csrfToken). One that matches a valid cookie goes through whatever else is sent.
  */
 export function checkCsrf(request: HttpRequest): void {
   const site = header(request, 'sec-fetch-site');
@@ -79,9 +96,13 @@ export function checkCsrf(request: HttpRequest): void {
     if (origin !== undefined && origin !== 'null' && hostOf(origin) !== ownHost(request)) throw new ForbiddenException('request from another origin refused');
   }
   const sent = (request.body as Record<string, unknown> | undefined)?.[CSRF_FIELD];
+  const { tokens, malformed } = tokenCookies(request);
   // a token's form first: timingSafeEqual throws on buffers of different lengths (a field of
   // 32 characters that are not all ASCII), which was a 500
-  if (typeof sent !== 'string' || !TOKEN.test(sent)) throw new ForbiddenException('missing or wrong form token: reload the page');
-  const matches = (stored: string) => timingSafeEqual(Buffer.from(stored), Buffer.from(sent));
-  if (!tokens(request).some(matches)) throw new ForbiddenException('missing or wrong form token: reload the page');
+  const matches = (stored: string) => typeof sent === 'string' && TOKEN.test(sent) && timingSafeEqual(Buffer.from(stored), Buffer.from(sent));
+  if (tokens.some(matches)) return;
+  if (malformed.length > 0) {
+    throw new BadRequestException(`malformed form token cookie (${malformed.join(', ')}): reload the page, which replaces it`);
+  }
+  throw new ForbiddenException('missing or wrong form token: reload the page');
 }

@@ -51,9 +51,9 @@ export const HTML_HEADERS: Record<string, string> = {
   'X-Frame-Options': 'DENY',
 };
 
-/** Sets headers on an Express response or a Fastify reply. */
-export function setHeaders(response: unknown, headers: Record<string, string>): void {
-  const target = response as { setHeader?: (name: string, value: string) => void; header?: (name: string, value: string) => void };
+/** Sets headers on an Express response or a Fastify reply; an array is one header line per value (Set-Cookie). */
+export function setHeaders(response: unknown, headers: Record<string, string | string[]>): void {
+  const target = response as { setHeader?: (name: string, value: string | string[]) => void; header?: (name: string, value: string | string[]) => void };
   for (const [name, value] of Object.entries(headers)) {
     if (typeof target.setHeader === 'function') target.setHeader(name, value);
     else target.header?.(name, value);

@@ -20,13 +20,13 @@ export interface ActionOutcome {
 
 /**
  * What every page needs: its base path (the route is `depth` segments below the dashboard's
- * root), a form token (set as a cookie if new), the flash message of `?done=`/`?error=`; and
- * the page's headers, set on the response.
+ * root), a form token (set as a cookie if new; a malformed token cookie is expired), the
+ * flash message of `?done=`/`?error=`; and the page's headers, set on the response.
  */
 export function pageContext(request: HttpRequest, response: unknown, depth: number, params: Record<string, unknown>, readOnly: boolean): PageContext {
   const base = baseOf(request, depth);
   const { token, setCookie } = csrfToken(request, base);
-  setHeaders(response, { ...HTML_HEADERS, ...(setCookie ? { 'Set-Cookie': setCookie } : {}) });
+  setHeaders(response, { ...HTML_HEADERS, ...(setCookie.length > 0 ? { 'Set-Cookie': setCookie } : {}) });
   return { base, csrf: token, readOnly, flash: flashOf(params) };
 }
 
