@@ -6,7 +6,7 @@ import type { JobState } from './job-state';
 export type DependencyFailurePolicy = 'fail' | 'ignore' | 'continue';
 
 /** One step of `addFlow`: a job, named by `ref` in its flow, that runs once the steps it `dependsOn` have finished. */
-export interface FlowStep extends Omit<JobSpec, 'manager' | 'jobKey' | 'jobKeyMode'> {
+export interface FlowStep extends Omit<JobSpec, 'manager' | 'jobKey' | 'jobKeyMode' | 'dedupeFor'> {
   /** The step's name in its flow: unique in it, at most 128 characters. */
   ref: string;
   identifier: string;

@@ -35,6 +35,12 @@ export interface JobSpec {
   jobKeyMode?: JobKeyMode;
   /** Workers with any of these in `forbiddenFlags` skip the job. */
   flags?: string[];
+  /**
+   * Throttling, with `jobKey`: if a job with this key was added less than this long ago (ms,
+   * or a string such as '10m'), in any state, finished ones too, the add returns that job and
+   * adds nothing. Past it, the add does what `jobKeyMode` says.
+   */
+  dedupeFor?: number | string;
   /** Join this transaction: the job exists only if it commits. */
   manager?: EntityManager;
 }

@@ -1,3 +1,4 @@
+import { checkDuration, DAY_MS } from './duration';
 import { JobQueueError } from './errors';
 import { DEFAULT_MAX_JSON_BYTES, toJsonText } from './json';
 import type { JobKeyMode, JobSpec } from './job';
@@ -24,7 +25,12 @@ export interface ValidJob {
   jobKeyMode: JobKeyMode;
   priority: number | null;
   flags: string[] | null;
+  /** `dedupeFor` in ms, or null. */
+  dedupeForMs: number | null;
 }
+
+/** The longest `dedupeFor`: a year. */
+const MAX_DEDUPE_MS = 365 * DAY_MS;
 
 function fail(code: ConstructorParameters<typeof JobQueueError>[0], message: string): never {
   throw new JobQueueError(code, message);
@@ -90,16 +96,23 @@ export function validateJob(
   if (flags !== undefined && flags !== null && !(Array.isArray(flags) && flags.every((flag) => typeof flag === 'string'))) {
     fail('JQ_INVALID_FLAGS', 'flags must be an array of strings');
   }
+  const jobKey = optionalString(spec.jobKey, 'JQ_INVALID_JOB_KEY', 'jobKey', LIMITS.jobKeyLength);
+  let dedupeForMs: number | null = null;
+  if (spec.dedupeFor !== undefined && spec.dedupeFor !== null) {
+    if (jobKey === null) fail('JQ_INVALID_SPEC', 'dedupeFor needs a jobKey: it throttles the adds of one key');
+    dedupeForMs = checkDuration('dedupeFor', spec.dedupeFor, 1, 'JQ_INVALID_SPEC', undefined, MAX_DEDUPE_MS);
+  }
   return {
     identifier: validateTaskIdentifier(identifier),
     payloadJson: payloadToJson(payload, maxJsonBytes),
     queueName: optionalString(spec.queueName, 'JQ_INVALID_QUEUE_NAME', 'queueName', LIMITS.queueNameLength),
     runAt: runAt ?? null,
     maxAttempts: optionalSmallint(spec.maxAttempts, 'JQ_INVALID_MAX_ATTEMPTS', 'maxAttempts', 1),
-    jobKey: optionalString(spec.jobKey, 'JQ_INVALID_JOB_KEY', 'jobKey', LIMITS.jobKeyLength),
+    jobKey,
     jobKeyMode: jobKeyMode ?? 'replace',
     priority: optionalSmallint(spec.priority, 'JQ_INVALID_PRIORITY', 'priority', LIMITS.smallintMin),
     flags: flags ?? null,
+    dedupeForMs,
   };
 }
 

@@ -4,6 +4,7 @@ import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { JobSpecValidator } from './job-spec-validator';
 import { JobFlows } from './job-flows';
 import { readJobs } from './read-jobs';
+import { addDeduped } from './deduped-add';
 import { cancelRefusal, validateReason } from '../core/cancel-outcome';
 import type { AddedFlow, Flow, FlowStep } from '../core/flow-steps';
 import { JobQueueError } from '../core/errors';
@@ -74,10 +75,13 @@ export class JobQueueService {
         return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
-      const rows = trace
-        ? await this.db.run<JobRow>('addJobTraced', [...values, ...traceValues(trace)], manager)
-        : await this.db.run<JobRow>('addJob', values, manager);
-      return rows.map((row) => toJob(row));
+      const addKeyed = async (into?: EntityManager) => {
+        const rows = trace
+          ? await this.db.run<JobRow>('addJobTraced', [...values, ...traceValues(trace)], into)
+          : await this.db.run<JobRow>('addJob', values, into);
+        return rows.map((row) => toJob(row));
+      };
+      return job.dedupeForMs === null ? addKeyed(manager) : addDeduped(this.db, { ...job, jobKey: job.jobKey, dedupeForMs: job.dedupeForMs }, manager, addKeyed);
     });
     return added as Job<TaskPayload<Name>>;
   }
@@ -118,6 +122,15 @@ export class JobQueueService {
       }
     });
     if (jobs.length === 0) return [];
+    // Throttled adds take their key's turn one by one (service/deduped-add.ts), in one transaction.
+    if (jobs.some((job) => job.dedupeForMs !== null)) {
+      const each = async (into: EntityManager) => {
+        const added: Job[] = [];
+        for (const spec of specs) added.push(await this.add(spec.identifier as TaskName, ...([spec.payload, { ...spec, manager: into }] as AddArgs<TaskName>)));
+        return added;
+      };
+      return manager ? each(manager) : this.db.dataSource.transaction(each);
+    }
     const columns = [
       jobs.map((j) => j.identifier),
       jobs.map((j) => j.payloadJson),

@@ -110,5 +110,23 @@ export function createAddQueries(s: string, channel: string) {
         cross join lateral ${s}.add_job_traced(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
           array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode, $10::uuid, $11::bigint, $12::smallint) as j
       order by s.ord`,
+
+    /**
+     * A `dedupeFor` add's first statement (service/deduped-add.ts): $1 the key. Adds of one key with
+     * dedupeFor take turns, each to the end of its transaction, so that the next one's look
+     * (recentJobByKey, a statement of its own, so a snapshot taken after the wait) sees what the
+     * last one added. Keys of the two-int space, apart from the library's other advisory locks.
+     */
+    lockJobKey: `select pg_advisory_xact_lock(hashtext('${s.replace(/'/g, "''")}:job_key'), hashtext($1::text))`,
+    /** $1 key, $2 dedupeFor in ms: the id of the newest job with the key added less than $2 ago, unfinished or finished, or no row. */
+    recentJobByKey: `
+      select k.id::text as id from (
+        select j.id, j.created_at from ${s}.jobs j where j.key = $1
+        union all
+        (select f.id, f.created_at from ${s}.finished_jobs f where f.key = $1 order by f.created_at desc limit 1)
+      ) k
+      where k.created_at > now() - $2::float8 * interval '1 millisecond'
+      order by k.created_at desc
+      limit 1`,
   };
 }
