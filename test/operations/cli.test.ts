@@ -5,7 +5,7 @@ import type { Client } from 'pg';
 import { migrationLockKey } from '../../migrations';
 import { createJobQueueMigrations } from '../../libs/job-queue/src';
 import { closeTestApp, createTestApp, openTestApp, type TestAppContext } from '../support/app';
-import { assertOneLineError, cli, printed } from '../support/cli-process';
+import { assertOneLineError, cli, cliIntoClosedPipe, printed } from '../support/cli-process';
 import { connect, createTestDatabase } from '../support/database';
 import { countingTask } from '../support/tasks';
 import { waitFor, waitForValue } from '../support/wait';
@@ -263,6 +263,13 @@ describe('the admin CLI (bin nestjs-job-queue)', () => {
       assertOneLineError(await cli(empty.url, 'status', '--schema', 'no-such schema'), 3, 'JQ_INVALID_SCHEMA');
       assertOneLineError(await cli(empty.url, 'frobnicate'), 3, 'JQ_BAD_USAGE');
     });
+  });
+
+  it('output into a pipe its reader closed (| head) ends the command quietly, exit 0, no stack trace', async () => {
+    for (const args of [['export-sql'], ['--help']]) {
+      const run = await cliIntoClosedPipe(...args);
+      assert.deepEqual(run, { code: 0, stderr: '' }, args.join(' '));
+    }
   });
 
   it('export-sql prints SQL that, run on an empty database, gives a schema validate accepts and the module finds migrated', async () => {

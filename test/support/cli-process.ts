@@ -9,6 +9,21 @@ import { join } from 'node:path';
 
 const BIN = join(__dirname, '..', '..', 'libs', 'job-queue', 'src', 'cli', 'main.js');
 
+/**
+ * The bin with its output piped to a reader that stops after the first chunk, as `| head -1`
+ * does: its exit code and what it wrote to stderr.
+ */
+export function cliIntoClosedPipe(...args: string[]): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stdout.once('data', () => child.stdout.destroy());
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stderr }));
+  });
+}
+
 export interface Run {
   code: number | null;
   stdout: string;
