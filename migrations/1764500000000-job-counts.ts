@@ -25,15 +25,24 @@ const COUNTED = ['jobs', 'blocked_jobs'] as const;
  *   happens by the clock, with no statement to count it.
  * - `jobs_retrying_idx`: unheld jobs that have had an attempt. `jobs_scheduled_idx`: unheld
  *   jobs that have had none and were added (or rescheduled) for later than their creation, by
- *   run_at, so that those still in the future are a range of it. Neither holds an entry for a
- *   job added due, nor for a claimed one: adds and the drain of due jobs write neither.
+ *   run_at, so that those still in the future are a range of it. A job added due by the
+ *   database's clock has no entry in either, nor has a claimed one: plain adds and the drain of
+ *   due jobs write neither (a keyed job replaced, a retry_jobs() or a client's runAt a little
+ *   ahead of the server's clock may leave an entry in the past range, which a count never reads).
+ * - `finished_jobs_key_created_idx`: a key's finished jobs by creation, for dedupeFor's look.
+ * - `recount_jobs()`: the counts taken again from the rows (the first count here; the repair if
+ *   they ever drift). The counting, like TRUNCATE's trigger, refuses a transaction stricter than
+ *   READ COMMITTED, whose snapshot would predate the lock it waited for.
  *
  * Outside a transaction the triggers are made and the counts taken in one transaction that
  * holds `jobs` and `blocked_jobs` against writes (share row exclusive, as the trigger's
  * creation needs), so that each job is counted once, by the initial count or by a trigger;
  * adds and claims wait for that count (a scan of the backlog). The indexes are built
- * concurrently afterwards. Workers of earlier versions need nothing: the triggers count their
- * statements as well. Every step can run again: the initial count starts from zero.
+ * concurrently afterwards. Inside a transaction (TypeORM's runner, a pooler) that transaction
+ * must be READ COMMITTED, and the lock waits without a timeout. Workers of earlier versions need
+ * nothing: the triggers count their statements as well. A role that only adds jobs needs INSERT
+ * on `job_count_deltas` too (the trigger functions run as their caller, as finished_counts'
+ * do). Every step can run again: the count starts from zero.
  */
 export function createJobCountsMigration(schema: string): new () => JobQueueMigration {
   const s = quoteIdentifier(schema);
@@ -65,7 +74,7 @@ export function createJobCountsMigration(schema: string): new () => JobQueueMigr
         )`);
       for (const statement of countingFunctions(s)) await q.query(statement);
       const own = context.concurrently; // outside a transaction: the count takes one of its own
-      if (own) await q.startTransaction();
+      if (own) await q.startTransaction('READ COMMITTED');
       try {
         await q.query(`lock table ${COUNTED.map((table) => `${s}.${table}`).join(', ')} in share row exclusive mode`);
         for (const table of COUNTED) {
@@ -83,13 +92,7 @@ export function createJobCountsMigration(schema: string): new () => JobQueueMigr
             create or replace trigger ${table}_counted_truncate after truncate on ${s}.${table}
             for each statement execute function ${s}.count_jobs_truncated()`);
         }
-        await q.query(`delete from ${s}.job_count_deltas`);
-        await q.query(`delete from ${s}.job_counts`);
-        for (const table of COUNTED) {
-          await q.query(`
-            insert into ${s}.job_counts (place, task_identifier, queue_name, count)
-            select '${table}', task_identifier, coalesce(queue_name, ''), count(*) from ${s}.${table} group by 2, 3`);
-        }
+        await q.query(`select ${s}.recount_jobs()`);
         if (own) await q.commitTransaction();
       } catch (error) {
         if (own) await q.rollbackTransaction();
@@ -109,16 +112,20 @@ export function createJobCountsMigration(schema: string): new () => JobQueueMigr
         'jobs_scheduled_idx',
         `jobs (run_at) where locked_at is null and attempts = 0 and cancel_requested_at is null and run_at > created_at`,
       );
+      // dedupeFor's look for a key's newest finished job (sql recentJobByKey): a key reused for years has a long history.
+      await createIndex(q, context, schema, 'finished_jobs_key_created_idx', `finished_jobs (key, created_at) where key is not null`);
     }
 
     async down(q: QueryRunner): Promise<void> {
       const context = { concurrently: !q.isTransactionActive };
+      await dropIndex(q, context, schema, 'finished_jobs_key_created_idx');
       await dropIndex(q, context, schema, 'jobs_scheduled_idx');
       await dropIndex(q, context, schema, 'jobs_retrying_idx');
       for (const table of COUNTED) {
         for (const event of ['insert', 'delete', 'move', 'truncate']) await q.query(`drop trigger if exists ${table}_counted_${event} on ${s}.${table}`);
       }
       for (const fn of ['inserted', 'deleted', 'moved', 'truncated']) await q.query(`drop function if exists ${s}.count_jobs_${fn}()`);
+      await q.query(`drop function if exists ${s}.recount_jobs()`);
       await q.query(`drop table if exists ${s}.job_count_deltas`);
       await q.query(`drop table if exists ${s}.job_counts`);
       await forget(q, schema, this.name);
@@ -126,7 +133,18 @@ export function createJobCountsMigration(schema: string): new () => JobQueueMigr
   };
 }
 
-/** The trigger functions; each table's triggers pass its name as the place (TG_TABLE_NAME). */
+/**
+ * What needs READ COMMITTED, and why: a statement of a transaction at a stricter level sees the
+ * snapshot its first statement took, before any lock it then waited for, and so would miss
+ * rows that writers it waited for committed.
+ */
+const readCommittedOnly = (what: string) => `
+      if current_setting('transaction_isolation') <> 'read committed' then
+        raise exception '% needs a READ COMMITTED transaction, not %', ${what}, current_setting('transaction_isolation')
+          using hint = 'its statements must see what the writers it waits for committed';
+      end if;`;
+
+/** The trigger functions, each table's triggers passing its name as the place (TG_TABLE_NAME), and recount_jobs(). */
 function countingFunctions(s: string): string[] {
   const appended = (rows: string, sign: string) => `
     insert into ${s}.job_count_deltas (place, task_identifier, queue_name, delta)
@@ -149,12 +167,28 @@ function countingFunctions(s: string): string[] {
               (TG_TABLE_NAME, new.task_identifier, coalesce(new.queue_name, ''), 1);
        return null;`,
     ),
-    // TRUNCATE holds the table alone: no delta of it can be on its way.
+    // TRUNCATE holds the table alone: no delta of it can be on its way, but one committed while it waited is seen under READ COMMITTED only.
     fn(
       'truncated',
-      `delete from ${s}.job_count_deltas where place = TG_TABLE_NAME;
+      `${readCommittedOnly(`'truncate ' || TG_TABLE_NAME`)}
+       delete from ${s}.job_count_deltas where place = TG_TABLE_NAME;
        delete from ${s}.job_counts where place = TG_TABLE_NAME;
        return null;`,
     ),
+    // The counts taken again from the rows: the migration's first count, and the repair when
+    // they drifted (triggers disabled, session_replication_role = replica, a data-only restore).
+    `create or replace function ${s}.recount_jobs() returns void
+     language plpgsql volatile as $fn$
+     begin
+       ${readCommittedOnly(`'recount_jobs()'`)}
+       lock table ${COUNTED.map((table) => `${s}.${table}`).join(', ')} in share row exclusive mode;
+       delete from ${s}.job_count_deltas;
+       delete from ${s}.job_counts;
+       ${COUNTED.map(
+         (table) => `insert into ${s}.job_counts (place, task_identifier, queue_name, count)
+       select '${table}', task_identifier, coalesce(queue_name, ''), count(*) from ${s}.${table} group by 2, 3;`,
+       ).join('\n       ')}
+     end;
+     $fn$`,
   ];
 }

@@ -50,6 +50,9 @@ describe('dedupeFor', () => {
     const third = await t.jobs.add('sync', { n: 3 }, { jobKey: 'user-1', dedupeFor: '10m' });
     assert.equal(third.id, first.id, 'replaced in place (jobKeyMode replace)');
     assert.deepEqual(await rowsOf('user-1'), [{ id: first.id, payload: { n: 3 }, revision: 1, place: 'jobs' }]);
+    // the window runs from the job's creation, which a replace keeps: while it waits, each later add replaces it (as documented)
+    await t.jobs.add('sync', { n: 4 }, { jobKey: 'user-1', dedupeFor: '10m' });
+    assert.deepEqual(await rowsOf('user-1'), [{ id: first.id, payload: { n: 4 }, revision: 2, place: 'jobs' }]);
   });
 
   it('a finished job counts too: within the window its add returns it, past it a new job is added', async () => {
@@ -123,6 +126,30 @@ describe('dedupeFor', () => {
       assert.deepEqual(await rowsOf('user-5'), [{ id: own.id, payload: { by: 'other' }, revision: 0, place: 'jobs' }]);
     } finally {
       await other.end();
+    }
+  });
+
+  it('in a caller\'s transaction stricter than READ COMMITTED it is refused (JQ_ISOLATION_LEVEL), nothing added', async () => {
+    for (const isolation of ['REPEATABLE READ', 'SERIALIZABLE'] as const) {
+      await assert.rejects(
+        t.dataSource.transaction(isolation, (manager) => t.jobs.add('sync', {}, { jobKey: 'user-7', dedupeFor: '1h', manager })),
+        code('JQ_ISOLATION_LEVEL'),
+        isolation,
+      );
+    }
+    assert.deepEqual(await rowsOf('user-7'), []);
+    // the same add without dedupeFor is a plain keyed add, at any level
+    await t.dataSource.transaction('REPEATABLE READ', (manager) => t.jobs.add('sync', {}, { jobKey: 'user-7', manager }));
+    assert.equal((await rowsOf('user-7')).length, 1);
+  });
+
+  it('two addMany naming the same throttled keys in opposite orders, at once, both finish (no deadlock) and add each key once', async () => {
+    const specs = (keys: string[]) => keys.map((jobKey) => ({ identifier: 'sync', jobKey, dedupeFor: '1h' }));
+    for (let round = 0; round < 5; round++) {
+      const keys = Array.from({ length: 6 }, (_, n) => `order-${round}-${n}`);
+      const [ab, ba] = await Promise.all([t.jobs.addMany(specs(keys)), t.jobs.addMany(specs([...keys].reverse()))]);
+      assert.deepEqual(ab.map((job) => job.id), [...ba].reverse().map((job) => job.id), 'both got the same job for each key');
+      for (const key of keys) assert.equal((await rowsOf(key)).length, 1, key);
     }
   });
 

@@ -3,10 +3,19 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { JobQueueMaintenance } from '../../libs/job-queue/src';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
+import { foldJobCounts } from '../../libs/job-queue/src/maintenance/count-folder';
+import type { PinnedConnection } from '../../libs/job-queue/src/db/pinned-connection';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { connect } from '../support/database';
 import { scannedJobCounts } from '../support/scanned-counts';
 
 const statements = createQueries('job_queue');
+
+/** What foldJobCounts needs of a worker's pinned connection: its statements, run on `client`. */
+const pinnedOn = (client: Client): PinnedConnection => ({
+  workerId: 'test',
+  run: async (statement, values) => (await client.query(statements[statement] as string, values)).rows,
+});
 
 /**
  * countJobs() reads counters (migration JobCounts1764500000000), kept by statement triggers on
@@ -26,7 +35,7 @@ describe('countJobs from counters', () => {
   after(() => closeTestApp({ db, sql, t }));
 
   const deltas = async () => (await sql.query<{ n: number }>('select count(*)::int as n from job_queue.job_count_deltas')).rows[0].n;
-  const fold = async () => (await sql.query<{ folded: number }>(statements.foldJobCounts, [10_000])).rows[0].folded;
+  const fold = () => foldJobCounts(pinnedOn(sql), 60_000);
   /** countJobs() equals the scan, before a fold and after one, which leaves no delta behind. */
   async function assertExact(step: string): Promise<void> {
     assert.deepEqual(await t.jobs.countJobs(), await scannedJobCounts(sql), `${step}: before the fold`);
@@ -128,18 +137,48 @@ describe('countJobs from counters', () => {
       }
     };
     let writing = true;
-    const folder = (async () => {
+    // two folders, on connections of their own, as two leaders overlapping after a lease moved
+    const second = await connect(db.url);
+    after(() => second.end());
+    const folders = [sql, second].map(async (client) => {
       let folds = 0;
       while (writing) {
-        await fold();
+        await client.query(statements.foldJobCounts, [5]);
+        await client.query(statements.deleteEmptyJobCounts);
         folds++;
       }
       return folds;
-    })();
+    });
     await Promise.all([0, 1, 2, 3].map(writer));
     writing = false;
-    assert.ok((await folder) > 1, 'folds ran during the writes');
+    const folds = await Promise.all(folders);
+    assert.ok(folds.every((n) => n > 1), `both folded during the writes (${folds.join(', ')} folds)`);
     await assertExact('after the race');
+  });
+
+  it('a pile of deltas bigger than a batch folds over several batches, and a round folds for a bounded time', async () => {
+    await sql.query(`do $$ begin for i in 1..25000 loop insert into job_queue.jobs (task_identifier) values ('pile'); end loop; end $$`);
+    assert.ok((await deltas()) >= 25_000, 'one delta per statement');
+    assert.equal(await foldJobCounts(pinnedOn(sql), 60_000), 25_000, 'all of them, batch after batch');
+    assert.equal(await deltas(), 0);
+    await sql.query(`do $$ declare r record; begin for r in select id from job_queue.jobs where task_identifier = 'pile' loop delete from job_queue.jobs where id = r.id; end loop; end $$`);
+    assert.equal(await foldJobCounts(pinnedOn(sql), 0), 10_000, 'with no time left, one batch');
+    await assertExact('after the pile');
+  });
+
+  it('recount_jobs() repairs counts that drifted (triggers disabled); TRUNCATE and recount_jobs() refuse a transaction stricter than READ COMMITTED', async () => {
+    await sql.query('alter table job_queue.jobs disable trigger jobs_counted_insert');
+    await sql.query(`insert into job_queue.jobs (task_identifier) select 'uncounted' from generate_series(1, 7)`);
+    await sql.query('alter table job_queue.jobs enable trigger jobs_counted_insert');
+    assert.notDeepEqual(await t.jobs.countJobs(), await scannedJobCounts(sql), 'drifted');
+    await sql.query('select job_queue.recount_jobs()');
+    await assertExact('after recount_jobs()');
+    for (const statement of ['truncate job_queue.jobs', 'select job_queue.recount_jobs()']) {
+      await sql.query('begin isolation level repeatable read');
+      await assert.rejects(sql.query(statement), /needs a READ COMMITTED transaction, not repeatable read/, statement);
+      await sql.query('rollback');
+    }
+    await assertExact('nothing changed');
   });
 
   it('the maintenance leader folds the deltas each round', async () => {

@@ -16,6 +16,7 @@ export type JobQueueErrorCode =
   | 'JQ_INVALID_JOB_ID'
   | 'JQ_INVALID_SPEC'
   | 'JQ_NO_TRANSACTION'
+  | 'JQ_ISOLATION_LEVEL'
   | 'JQ_WRONG_DATA_SOURCE'
   // module set-up
   | 'JQ_INVALID_SCHEMA'

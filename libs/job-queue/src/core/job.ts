@@ -135,7 +135,7 @@ function stateOf(row: JobRow): JobState {
   if (row.cancel_requested_at) return 'cancelled';
   if (row.attempts >= row.max_attempts) return 'failed';
   if (row.attempts > 0) return 'retrying';
-  return row.run_at.getTime() > Date.now() ? 'scheduled' : 'waiting';
+  return row.run_at.getTime() > Date.now() && row.run_at > row.created_at ? 'scheduled' : 'waiting';
 }
 
 /** The `errors` column of a job row as the Job's `errors`. */

@@ -117,7 +117,8 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       // current(), not fresh(): the read would take a pool connection, which handlers may all hold
       await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger, this.audience.current());
       await finishLeftovers(this.pinned);
-      await foldJobCounts(this.pinned);
+      // Its own failure (and its budget: a quarter of a round) must not cost the round's other duties.
+      await foldJobCounts(this.pinned, this.options.heartbeatInterval / 4).catch((error: unknown) => this.events.reportError(this.pinned.workerId, 'maintenance', error));
       // Half a round at most, so that the lease is renewed on time behind a big backlog.
       await deleteExpiredJobs(this.pinned, this.options.retention, this.options.heartbeatInterval / 2);
       await deleteFinishedFlows(this.pinned, this.options.retention);

@@ -4,7 +4,7 @@ import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { JobSpecValidator } from './job-spec-validator';
 import { JobFlows } from './job-flows';
 import { readJobs } from './read-jobs';
-import { addDeduped } from './deduped-add';
+import { addDeduped, lockJobKeys } from './deduped-add';
 import { cancelRefusal, validateReason } from '../core/cancel-outcome';
 import type { AddedFlow, Flow, FlowStep } from '../core/flow-steps';
 import { JobQueueError } from '../core/errors';
@@ -122,14 +122,15 @@ export class JobQueueService {
       }
     });
     if (jobs.length === 0) return [];
-    // Throttled adds take their key's turn one by one (service/deduped-add.ts), in one transaction.
+    // Throttled adds take their keys' turns, all at once, then add one by one (service/deduped-add.ts), in one transaction.
     if (jobs.some((job) => job.dedupeForMs !== null)) {
       const each = async (into: EntityManager) => {
+        await lockJobKeys(this.db, jobs.filter((job) => job.dedupeForMs !== null).map((job) => job.jobKey!), into);
         const added: Job[] = [];
         for (const spec of specs) added.push(await this.add(spec.identifier as TaskName, ...([spec.payload, { ...spec, manager: into }] as AddArgs<TaskName>)));
         return added;
       };
-      return manager ? each(manager) : this.db.dataSource.transaction(each);
+      return manager ? each(manager) : this.db.dataSource.transaction('READ COMMITTED', each);
     }
     const columns = [
       jobs.map((j) => j.identifier),

@@ -112,18 +112,36 @@ export function createAddQueries(s: string, channel: string) {
       order by s.ord`,
 
     /**
-     * A `dedupeFor` add's first statement (service/deduped-add.ts): $1 the key. Adds of one key with
-     * dedupeFor take turns, each to the end of its transaction, so that the next one's look
-     * (recentJobByKey, a statement of its own, so a snapshot taken after the wait) sees what the
-     * last one added. Keys of the two-int space, apart from the library's other advisory locks.
+     * The first statement of `dedupeFor` adds (service/deduped-add.ts): $1 their keys. Adds of one
+     * key with dedupeFor take turns, each to the end of its transaction, so that the next one's
+     * look (recentJobByKey, a statement of its own, so a snapshot taken after the wait) sees what
+     * the last one added. The keys are locked in one order (by hash), so that two addMany calls
+     * naming the same keys in other orders cannot deadlock. Only in READ COMMITTED, where that
+     * later snapshot is the statement's own: returns the transaction's isolation level, and
+     * locks nothing under another. Keys of the two-int space, apart from the library's other
+     * advisory locks.
      */
-    lockJobKey: `select pg_advisory_xact_lock(hashtext('${s.replace(/'/g, "''")}:job_key'), hashtext($1::text))`,
-    /** $1 key, $2 dedupeFor in ms: the id of the newest job with the key added less than $2 ago, unfinished or finished, or no row. */
+    lockJobKeys: `
+      select s.isolation
+      from (select current_setting('transaction_isolation') as isolation) s
+      left join lateral (
+        select k.hash, pg_advisory_xact_lock(hashtext('${s.replace(/'/g, "''")}:job_key'), k.hash)::text as held
+        from (select distinct hashtext(key) as hash from unnest($1::text[]) key order by 1 offset 0) k
+        where s.isolation = 'read committed'
+      ) l on true
+      group by s.isolation`,
+    /**
+     * $1 key, $2 dedupeFor in ms: the id of the newest job with the key added less than $2 ago,
+     * unfinished or finished, or no row. The finished one through finished_jobs_key_created_idx:
+     * one index probe however long the key's history.
+     */
     recentJobByKey: `
       select k.id::text as id from (
         select j.id, j.created_at from ${s}.jobs j where j.key = $1
         union all
-        (select f.id, f.created_at from ${s}.finished_jobs f where f.key = $1 order by f.created_at desc limit 1)
+        (select f.id, f.created_at from ${s}.finished_jobs f
+         where f.key = $1 and f.created_at > now() - $2::float8 * interval '1 millisecond'
+         order by f.created_at desc limit 1)
       ) k
       where k.created_at > now() - $2::float8 * interval '1 millisecond'
       order by k.created_at desc

@@ -63,11 +63,10 @@ export function createCountQueries(s: string) {
      * Skips deltas another fold holds. Returns the number folded.
      */
     foldJobCounts: `
-      with picked as (
-        select ctid from ${s}.job_count_deltas limit $1 for update skip locked
-      ),
-      moved as (
-        delete from ${s}.job_count_deltas d using picked where d.ctid = picked.ctid
+      with moved as (
+        -- ctid = any(array): a TID scan of the rows picked; joined to them instead, each batch read the whole table
+        delete from ${s}.job_count_deltas d
+        where d.ctid = any(array(select ctid from ${s}.job_count_deltas limit $1 for update skip locked))
         returning d.place, d.task_identifier, d.queue_name, d.delta
       ),
       summed as (

@@ -11,7 +11,9 @@ import { FINISHED_STATES, type JobState } from '../core/job-state';
 /**
  * The state of a row of `jobs`. The last two are rows that are done but not moved yet: a
  * cancel that a worker's give-back or a rescue let go of, or a failure written by a worker
- * of the previous version; the maintenance leader moves them to finished_jobs.
+ * of the previous version; the maintenance leader moves them to finished_jobs. Scheduled is
+ * due later than both now and the job's creation: a job that a transaction begun after this
+ * one's now() added, due at once, is waiting (as the counts of sql/counts.ts have it).
  */
 export const activeState = (j: string) => `case
     when ${j}.locked_at is not null and ${j}.started_at is not null then 'running'
@@ -19,7 +21,7 @@ export const activeState = (j: string) => `case
     when ${j}.cancel_requested_at is not null then 'cancelled'
     when ${j}.attempts >= ${j}.max_attempts then 'failed'
     when ${j}.attempts > 0 then 'retrying'
-    when ${j}.run_at > now() then 'scheduled'
+    when ${j}.run_at > now() and ${j}.run_at > ${j}.created_at then 'scheduled'
     else 'waiting'
   end`;
 
