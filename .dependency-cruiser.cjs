@@ -18,13 +18,15 @@ const LAYERS = {
   events: ['core', 'sql', 'db', 'telemetry'],
   decorators: ['core'],
   discovery: ['core', 'decorators', 'events'],
-  service: ['core', 'sql', 'db', 'peers', 'telemetry', 'events', 'discovery'],
-  worker: ['core', 'sql', 'db', 'peers', 'telemetry', 'events', 'discovery', 'service'],
+  // pause and limits: their rules, checks and what a worker keeps of them
+  control: ['core', 'sql', 'db', 'discovery'],
+  service: ['core', 'sql', 'db', 'peers', 'telemetry', 'events', 'discovery', 'control'],
+  worker: ['core', 'sql', 'db', 'peers', 'telemetry', 'events', 'discovery', 'service', 'control'],
   maintenance: ['core', 'sql', 'db', 'events'],
   cron: ['core', 'sql', 'db', 'events', 'discovery'],
   dashboard: ['core', 'sql', 'db', 'discovery', 'service', 'worker'],
-  terminus: ['core', 'sql', 'db', 'worker'],
-  testing: ['core', 'sql', 'db', 'peers', 'discovery', 'service', 'worker'],
+  terminus: ['core', 'sql', 'db', 'worker', 'control'],
+  testing: ['core', 'sql', 'db', 'peers', 'discovery', 'service', 'worker', 'control'],
   // the bin: the package's SQL and migrations runner on a DataSource of its own, no Nest app
   cli: ['core', 'sql', 'db'],
 };

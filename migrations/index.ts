@@ -8,6 +8,7 @@ import { createEventListenersMigration } from './1764200000000-event-listeners';
 import { createFlowsMigration } from './1764300000000-flows';
 import { createJobStepsMigration } from './1764400000000-job-steps';
 import { createJobCountsMigration } from './1764500000000-job-counts';
+import { createPausesMigration } from './1764600000000-pauses';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -28,5 +29,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createFlowsMigration(schema),
     createJobStepsMigration(schema),
     createJobCountsMigration(schema),
+    createPausesMigration(schema),
   ];
 }

@@ -66,7 +66,7 @@ async function claimCompleteLoop(claimClient: Client, client: Client, workerId: 
   await client.query({ name: 'bench_register', text: sql.registerWorker, values: [workerId, 20_000, null, null, null] });
   let done = 0;
   for (;;) {
-    const claimed = await claimClient.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize] });
+    const claimed = await claimClient.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize, []] });
     if (claimed.rows.length === 0) return done;
     // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
     let ids = claimed.rows.map((row) => row.id);

@@ -123,7 +123,7 @@ describe('the dead-worker sweep', () => {
       ].sort(),
     );
     // the queue's next job waits behind its head's retry; the prefetched job is free to run again
-    const claimed = await t.app.get(JobQueueDatabase).run<{ id: string }>('claimJobs', [['work'], [], 10, 'live', 10]);
+    const claimed = await t.app.get(JobQueueDatabase).run<{ id: string }>('claimJobs', [['work'], [], 10, 'live', 10, []]);
     assert.deepEqual(claimed.map((j) => j.id), [prefetched.id], `not ${nextInQueue.id}, which waits behind its queue's head`);
   });
 
@@ -261,7 +261,7 @@ describe('the dead-worker sweep', () => {
 
     // the cleaner raced an add (simulated: the row of a queue with a waiting job is gone): the claim makes the row again
     await sql.query(`delete from job_queue.job_queues where queue_name = 'waiting'`);
-    const claimed = await t.app.get(JobQueueDatabase).run<{ id: string; queue_name: string }>('claimJobs', [['work'], [], 10, 'live', 10]);
+    const claimed = await t.app.get(JobQueueDatabase).run<{ id: string; queue_name: string }>('claimJobs', [['work'], [], 10, 'live', 10, []]);
     assert.deepEqual(claimed.map((j) => j.queue_name), ['waiting']);
     assert.deepEqual((await sql.query(`select locked_by from job_queue.job_queues where queue_name = 'waiting'`)).rows, [{ locked_by: 'live' }]);
   });

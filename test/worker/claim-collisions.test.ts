@@ -71,10 +71,10 @@ describe('claims beside other claims and changes', () => {
   it('a claim running beside one that is taking the first heads takes the next heads', async () => {
     const heads = await add(6, 10, (n) => `q${n}`);
     await a.query('begin');
-    const first = await a.query(CLAIM, [['work'], [], 3, 'w-a', 3]);
+    const first = await a.query(CLAIM, [['work'], [], 3, 'w-a', 3, []]);
     assert.deepEqual(claimedIds(first.rows), heads.slice(0, 3), "w-a's claim (not committed yet) takes the first three heads");
 
-    const second = await b.query(CLAIM, [['work'], [], 3, 'w-b', 3]);
+    const second = await b.query(CLAIM, [['work'], [], 3, 'w-b', 3, []]);
     assert.deepEqual(claimedIds(second.rows), heads.slice(3), 'w-b walks past the heads w-a is taking to the next three, as the walk before migration 5 did');
     assert.equal(second.rows[0]?.candidate_count, 3, 'and does not report that nothing else waits');
   });
@@ -83,10 +83,10 @@ describe('claims beside other claims and changes', () => {
     const unqueued = await add(10, 20, () => null);
     const heads = await add(10, 10, (n) => `q${n}`);
     await a.query('begin');
-    const first = await a.query(CLAIM, [['work'], [], 10, 'w-a', 10]);
+    const first = await a.query(CLAIM, [['work'], [], 10, 'w-a', 10, []]);
     assert.deepEqual(claimedIds(first.rows), unqueued, "w-a's claim (not committed yet) takes the ten unqueued jobs, due first");
 
-    const second = claimedIds((await b.query(CLAIM, [['work'], [], 10, 'w-b', 10])).rows);
+    const second = claimedIds((await b.query(CLAIM, [['work'], [], 10, 'w-b', 10, []])).rows);
     // The walk before migration 5 locked only what it took: w-b got all ten heads. One row
     // looked at next (and locked) by w-a's claim is allowed for.
     assert.ok(second.length >= 9 && second.every((id) => heads.includes(id)), `w-b takes the heads w-a's claim passed over: ${JSON.stringify(second)} of ${JSON.stringify(heads)}`);
@@ -96,10 +96,10 @@ describe('claims beside other claims and changes', () => {
   async function threeClaimsAtOnce(size: number) {
     await sql.query(`insert into job_queue.workers (id) values ('w-c')`);
     await a.query('begin');
-    const first = (await a.query(CLAIM, [['work'], [], size, 'w-a', size])).rows;
+    const first = (await a.query(CLAIM, [['work'], [], size, 'w-a', size, []])).rows;
     await b.query('begin');
-    const second = (await b.query(CLAIM, [['work'], [], size, 'w-b', size])).rows;
-    const third = await c.query(CLAIM, [['work'], [], size, 'w-c', size]);
+    const second = (await b.query(CLAIM, [['work'], [], size, 'w-b', size, []])).rows;
+    const third = await c.query(CLAIM, [['work'], [], size, 'w-c', size, []]);
     return { first, second, third };
   }
 
@@ -112,10 +112,10 @@ describe('claims beside other claims and changes', () => {
     const heads = await add(10, 20, (n) => `q${n}`);
     const unqueued = await add(10, 10, () => null);
     await a.query('begin');
-    const first = await a.query(CLAIM, [['work'], [], 10, 'w-a', 10]);
+    const first = await a.query(CLAIM, [['work'], [], 10, 'w-a', 10, []]);
     assert.deepEqual(claimedIds(first.rows), heads, "w-a's claim (not committed yet) takes the ten heads, due first");
 
-    const second = await b.query(CLAIM, [['work'], [], 10, 'w-b', 10]);
+    const second = await b.query(CLAIM, [['work'], [], 10, 'w-b', 10, []]);
     const ids = claimedIds(second.rows);
     // The walk before migration 5 locked only what it took: w-b got all ten unqueued jobs. One
     // row looked at next (and locked) by w-a's claim is allowed for, as for the heads above.
@@ -143,7 +143,7 @@ describe('claims beside other claims and changes', () => {
   /** Runs `change` (committed) while w-b's claim waits between its snapshot and its locks; w-b's claimed ids. */
   async function claimAcross(change: () => Promise<unknown>, forbidden: string[] = []): Promise<string[]> {
     await sql.query('select pg_advisory_lock($1)', [PAUSE_KEY]);
-    const claim = b.query(pausedClaim(), [['work'], forbidden, 10, 'w-b', 10]);
+    const claim = b.query(pausedClaim(), [['work'], forbidden, 10, 'w-b', 10, []]);
     claim.catch(() => undefined); // awaited below
     await waitFor('the claim to wait at its pause', async () => (await sql.query(`select 1 from pg_locks where locktype = 'advisory' and objid = $1 and objsubid = 1 and not granted`, [PAUSE_KEY])).rowCount === 1);
     await change();

@@ -7,7 +7,7 @@ import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../s
 import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 
 /** As PostgreSQL infers them when the claim connection prepares the statement. */
-const PARAMETER_TYPES = ['text[]', 'text[]', 'integer', 'text', 'integer'];
+const PARAMETER_TYPES = ['text[]', 'text[]', 'integer', 'text', 'integer', 'text[]'];
 const CLAIM_SIZE = 100;
 
 /** A step's rows, counting each of its loops and the rows it read and dropped. */
@@ -48,7 +48,7 @@ describe('the claim plan', () => {
       await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
       await sql.query(`set local plan_cache_mode = ${planMode}`);
       await sql.query(`prepare claim(${PARAMETER_TYPES.join(', ')}) as ${createQueries('job_queue').claimJobs}`);
-      const { rows } = await sql.query(`explain (analyze, format json) execute claim('{work}', '{}', ${CLAIM_SIZE}, 'plan-worker', 10)`);
+      const { rows } = await sql.query(`explain (analyze, format json) execute claim('{work}', '{}', ${CLAIM_SIZE}, 'plan-worker', 10, '{}')`);
       const plan = rows[0]['QUERY PLAN'][0].Plan as PlanNode;
       const { rows: claimed } = await sql.query<{ id: string }>(`select id::text from job_queue.jobs where locked_by = 'plan-worker' order by priority, run_at, id`);
       return { plan, claimed: claimed.map((r) => r.id) };

@@ -35,7 +35,7 @@ describe('a claimed job', () => {
     await sql.query(`update job_queue.jobs set run_at = '2026-01-02 03:04:05.123+00', created_at = '2026-01-02 03:04:05+00' where id = $1`, [plain.id]);
     await sql.query(`insert into job_queue.workers (id) values ('claimer')`);
 
-    const rows = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'claimer', 1]);
+    const rows = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'claimer', 1, []]);
     assert.deepEqual(rows.map((row) => [row.id, row.started]), [[full.id, true], [plain.id, false]], 'one started for the free slot, one prefetched');
     for (const row of rows) {
       const claimed = toClaimedJob(row, 'claimer');
@@ -63,7 +63,7 @@ describe('a claimed job', () => {
       const database = app.app.get(JobQueueDatabase);
       // as the worker claims: on its claim connection, with the claim's settings
       const claims = new ClaimConnection(() => database.pool);
-      const [row] = await claims.run((client) => database.runOn<ClaimedRow>(client, 'claimJobs', [['inspect'], [], 10, 'digits', 1])).finally(() => claims.close());
+      const [row] = await claims.run((client) => database.runOn<ClaimedRow>(client, 'claimJobs', [['inspect'], [], 10, 'digits', 1, []])).finally(() => claims.close());
       const claimed = toClaimedJob(row, 'digits');
       assert.equal(claimed.runAt.toISOString(), '2026-01-02T03:04:05.999Z');
       assert.equal(claimed.createdAt.toISOString(), '2026-01-02T03:04:05.999Z');
@@ -78,7 +78,7 @@ describe('a claimed job', () => {
     await sql.query('delete from job_queue.jobs');
     const { rows: added } = await sql.query<{ id: string }>(`select id from job_queue.add_job('inspect', run_at => '-infinity')`);
     await sql.query(`insert into job_queue.workers (id) values ('infinite') on conflict do nothing`);
-    const rows = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'infinite', 1]);
+    const rows = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'infinite', 1, []]);
     assert.deepEqual(rows.map((row) => row.id), [added[0].id]);
     assert.equal(toClaimedJob(rows[0], 'infinite').runAt.getTime(), -8.64e15);
   });
@@ -88,7 +88,7 @@ describe('a claimed job', () => {
     const job = await t.jobs.add('inspect' as never, null as never, {});
     await sql.query(`update job_queue.jobs set run_at = '1969-12-31 23:59:59.9985+00', created_at = '1969-07-20 20:17:40.000001+00' where id = $1`, [job.id]);
     await sql.query(`insert into job_queue.workers (id) values ('old-times')`);
-    const [row] = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'old-times', 1]);
+    const [row] = await t.app.get(JobQueueDatabase).run<ClaimedRow>('claimJobs', [['inspect'], [], 10, 'old-times', 1, []]);
     const claimed = toClaimedJob(row, 'old-times');
     const read = await t.jobs.getJob(job.id);
     assert.equal(claimed.runAt.toISOString(), read!.runAt.toISOString(), 'runAt');

@@ -50,7 +50,7 @@ describe('named queues', () => {
       const jobs = await t.jobs.addMany(specs);
       const database = t.app.get(JobQueueDatabase);
       // claims need their worker's row: one without (declared dead, say) gets nothing
-      const claim = (worker: string) => database.pool.query(database.sql.claimJobs, [['step', 'free'], [], 20, worker, 20]);
+      const claim = (worker: string) => database.pool.query(database.sql.claimJobs, [['step', 'free'], [], 20, worker, 20, []]);
       assert.deepEqual((await claim('w1')).rows, [], 'a worker with no row claims nothing');
       await database.pool.query(`insert into job_queue.workers (id) values ('w1'), ('w2')`);
       const first = await claim('w1');

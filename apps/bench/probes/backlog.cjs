@@ -25,7 +25,7 @@ const N = +(process.env.N || 1000000), BATCH = +(process.env.BATCH || 250), VAC 
   let done = 0, claimMs = 0, relMs = 0, slice = 0; const t0 = performance.now(); let ts = t0;
   for (;;) {
     let t = performance.now();
-    const c = await claimC.query({ name: 'claim', text: sql.claimJobs, values: [[TASK], [], BATCH, 'w', BATCH] });
+    const c = await claimC.query({ name: 'claim', text: sql.claimJobs, values: [[TASK], [], BATCH, 'w', BATCH, []] });
     claimMs += performance.now() - t;
     if (!c.rows.length) break;
     const ids = c.rows.map(r => r.id);

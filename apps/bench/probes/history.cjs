@@ -99,7 +99,7 @@ async function drain(state) {
   let explained = null;
   if (EXPLAIN) {
     // one flush of BATCH completions, EXPLAIN (ANALYZE, BUFFERS): outside the timed loop, so jobs/s is of the rest
-    const c = await claimers[0].query({ name: 'claim', text: sql.claimJobs, values: [[TASK], [], BATCH, 'hist-0', BATCH] });
+    const c = await claimers[0].query({ name: 'claim', text: sql.claimJobs, values: [[TASK], [], BATCH, 'hist-0', BATCH, []] });
     const plan = await clients[0].query({ text: `explain (analyze, buffers, wal, timing off, costs off) ${sql.releaseJobs}`, values: release('hist-0', c.rows.map((r) => r.id)) });
     explained = plan.rows.map((r) => r['QUERY PLAN']);
   }
@@ -109,7 +109,7 @@ async function drain(state) {
     let done = 0, claimMs = 0, releaseMs = 0, batches = 0;
     for (;;) {
       let t = performance.now();
-      const c = await claimers[i].query({ name: 'claim', text: sql.claimJobs, values: [[TASK], [], BATCH, `hist-${i}`, BATCH] });
+      const c = await claimers[i].query({ name: 'claim', text: sql.claimJobs, values: [[TASK], [], BATCH, `hist-${i}`, BATCH, []] });
       claimMs += performance.now() - t;
       if (c.rows.length === 0) return { done, claimMs, releaseMs, batches };
       let ids = c.rows.map((r) => r.id);

@@ -54,7 +54,7 @@ async function open(build) {
 
 async function cycle(build, counted) {
   let t = performance.now();
-  const claimed = await build.claimClient.query({ name: 'claim', text: build.sql.claimJobs, values: [[build.TASK], [], BATCH, 'release-ab', BATCH] });
+  const claimed = await build.claimClient.query({ name: 'claim', text: build.sql.claimJobs, values: [[build.TASK], [], BATCH, 'release-ab', BATCH, []].slice(0, build.sql.claimJobs.includes('$6') ? 6 : 5) });
   const claimMs = performance.now() - t;
   const ids = claimed.rows.map((row) => row.id);
   if (ids.length !== BATCH) throw new Error(`${build.label}: claimed ${ids.length} of ${BATCH}`);

@@ -17,6 +17,7 @@ import { JobQueueService } from './service/job-queue.service';
 import { JobWaiter } from './service/job-waiter';
 import { JobSpecValidator } from './service/job-spec-validator';
 import { JobFlows } from './service/job-flows';
+import { JobPauses } from './control/job-pauses';
 import { LocalStart } from './service/local-start';
 import { JobQueueTelemetry } from './telemetry/job-queue-telemetry';
 import { JobQueueWorker } from './worker/job-queue.worker';
@@ -41,6 +42,7 @@ import { WorkerMembership } from './worker/membership';
     JobWaiter,
     JobSpecValidator,
     JobFlows,
+    JobPauses,
     JobQueueTelemetry,
     JobQueueEvents,
     QueueEventAudience,

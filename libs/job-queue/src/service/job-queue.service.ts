@@ -3,6 +3,8 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { JobSpecValidator } from './job-spec-validator';
 import { JobFlows } from './job-flows';
+import { JobPauses } from '../control/job-pauses';
+import type { PausedEntry } from '../control/paused-set';
 import { readJobs } from './read-jobs';
 import { addDeduped, lockJobKeys } from './deduped-add';
 import { cancelRefusal, validateReason } from '../core/cancel-outcome';
@@ -45,6 +47,7 @@ export class JobQueueService {
     private readonly localStart: LocalStart,
     private readonly audience: QueueEventAudience,
     private readonly stream: QueueEventStream,
+    private readonly pauses: JobPauses,
   ) {}
 
   /**
@@ -285,6 +288,33 @@ export class JobQueueService {
    */
   countJobs(): Promise<JobCountsReport> {
     return countJobs(this.db);
+  }
+
+  /**
+   * Pauses named queue `name` on every replica, until resumeQueue: no worker of this release
+   * starts its jobs (within a notification's delay, at most a pollInterval), jobs running
+   * finish, and its jobs keep their order (docs/guides/pause.md). Kept in the database.
+   */
+  pauseQueue(name: string): Promise<void> {
+    return this.pauses.pauseQueue(name);
+  }
+
+  resumeQueue(name: string): Promise<void> {
+    return this.pauses.resumeQueue(name);
+  }
+
+  /** Pauses task `identifier` ('*': every task) on every replica, as pauseQueue does a queue; its job at a named queue's head holds that queue. */
+  pauseTask(identifier: string): Promise<void> {
+    return this.pauses.pauseTask(identifier);
+  }
+
+  resumeTask(identifier: string): Promise<void> {
+    return this.pauses.resumeTask(identifier);
+  }
+
+  /** What is paused: tasks ('*' for all) and queues, with when. */
+  listPaused(): Promise<PausedEntry[]> {
+    return this.pauses.listPaused();
   }
 
   /** Deletes the pending job with this key; a job a worker holds is left alone (null is returned). */

@@ -33,8 +33,11 @@ const queueFree = (queue: string, s: string) => `not exists (select 1 from ${s}.
 /** Row `j` is a job of the claim's tasks ($1) carrying none of its forbidden flags ($2). */
 const claimable = (j: string) => `array_position($1::text[], ${j}.task_identifier) is not null and not (${j}.flags && $2::text[])`;
 
-/** A queue head `h` this claim may take: claimable, its queue not held by a worker (a head has no cancel asked for: queueHead). */
-const claimableHead = (h: string, s: string) => `${claimable(h)} and ${queueFree(`${h}.queue_name`, s)}`;
+/** Queue `queue` is not paused: none of the claim's paused queues ($6; an empty array when none is, which costs nothing). */
+const queueRuns = (queue: string) => `${queue} <> all($6::text[])`;
+
+/** A queue head `h` this claim may take: claimable, its queue neither paused nor held by a worker (a head has no cancel asked for: queueHead). */
+const claimableHead = (h: string, s: string) => `${claimable(h)} and ${queueRuns(`${h}.queue_name`)} and ${queueFree(`${h}.queue_name`, s)}`;
 
 export function createClaimQueries(s: string) {
   return {
@@ -43,6 +46,12 @@ export function createClaimQueries(s: string) {
      * by priority then run_at then id, skipping rows other workers are claiming, for worker
      * $4, which must still have its row (a worker declared dead claims nothing under its old
      * id). The first $5 of them (the free slots) are marked started; the rest are prefetched.
+     *
+     * Pauses (control/, sql/pauses.ts) are this same rule: the worker leaves paused tasks out
+     * of $1 and passes the paused named queues as $6, from what it keeps in memory. A paused
+     * queue's head is no candidate, so the queue keeps its order; a paused task's job at a
+     * queue's head is not claimable, so it holds its queue as a head of another app's task does.
+     * With nothing paused, $1 is the worker's tasks and $6 empty: the same plan and cost.
      *
      * A job of a named queue is a candidate only as the queue's head and while no worker
      * holds the queue; the queue row is locked (created if the cleaner removed it) in the
@@ -129,7 +138,7 @@ export function createClaimQueries(s: string) {
         select h.id, h.version, h.priority, h.run_at
         from (
           select n.queue_name from queue_names n
-          where n.queue_name is not null and ${queueFree('n.queue_name', s)}
+          where n.queue_name is not null and ${queueRuns('n.queue_name')} and ${queueFree('n.queue_name', s)}
           offset 0
         ) n
         cross join lateral (${queueHead('n.queue_name', s, 'e.id, e.xmin as version, e.queue_name, e.priority, e.run_at, e.task_identifier, e.flags')}) h

@@ -1,4 +1,5 @@
 import { tellFinished } from './finished';
+import { notPaused } from './pauses';
 import { queueHead } from './queue-head';
 
 /**
@@ -72,17 +73,17 @@ export function createOperationsQueries(s: string, finished: string) {
     /** The tasks that have finished jobs (from finished_counts: a few rows per task), for the dashboard's task filter. */
     finishedTasks: `select distinct task_identifier from ${s}.finished_counts order by 1`,
 
-    /** Due jobs no worker holds: how many, and the age in seconds of the oldest (null when none). */
+    /** Due jobs no worker holds, paused ones left out (sql/pauses.ts): how many, and the age in seconds of the oldest (null when none). */
     dueJobs: `
-      select count(*)::int as count, extract(epoch from now() - min(run_at))::float8 as oldest_age
-      from ${s}.jobs
-      where is_available and run_at <= now() and cancel_requested_at is null`,
+      select count(*)::int as count, extract(epoch from now() - min(j.run_at))::float8 as oldest_age
+      from ${s}.jobs j
+      where j.is_available and j.run_at <= now() and j.cancel_requested_at is null and ${notPaused('j', s)}`,
 
     /** The due job no worker holds that has waited longest (as dueJobs counts them), or no row. */
     oldestDueJob: `
       select j.id::text as id, j.task_identifier, j.queue_name, j.run_at, extract(epoch from now() - j.run_at)::float8 as age
       from ${s}.jobs j
-      where j.is_available and j.run_at <= now() and j.cancel_requested_at is null
+      where j.is_available and j.run_at <= now() and j.cancel_requested_at is null and ${notPaused('j', s)}
       order by j.run_at, j.id
       limit 1`,
 
@@ -90,16 +91,18 @@ export function createOperationsQueries(s: string, finished: string) {
      * Jobs a worker could start now and none has taken: how many, and the age in seconds of
      * the oldest (null when none). As the claim sees them (claimJobs): a named queue's job
      * counts only as the head of an unlocked queue, so a queue that waits by design (behind a
-     * running job, or a head waiting for its retry) is no backlog. For the health indicator.
+     * running job, or a head waiting for its retry) is no backlog. Paused jobs are left out as
+     * the claim leaves them (sql/pauses.ts): a paused queue, and a queue whose head's task is
+     * paused, wait by design too. For the health indicator and the telemetry gauges.
      */
     startableJobs: `
       with startable as (
         select j.run_at from ${s}.jobs j
-        where j.queue_name is null and j.is_available and j.run_at <= now() and j.cancel_requested_at is null
+        where j.queue_name is null and j.is_available and j.run_at <= now() and j.cancel_requested_at is null and ${notPaused('j', s)}
         union all
         select h.run_at from ${s}.job_queues q
-        cross join lateral (${queueHead('q.queue_name', s, 'e.run_at')}) h
-        where q.locked_at is null and h.run_at <= now()
+        cross join lateral (${queueHead('q.queue_name', s, 'e.run_at, e.task_identifier, e.queue_name')}) h
+        where q.locked_at is null and h.run_at <= now() and ${notPaused('h', s)}
       )
       select count(*)::int as count, extract(epoch from now() - min(run_at))::float8 as oldest_age from startable`,
 

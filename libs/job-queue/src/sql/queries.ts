@@ -21,6 +21,7 @@
  *   sql/schema-objects.ts  what a schema holds (tables, columns, functions, indexes): the CLI's validate
  *   sql/queue-events.ts cluster-wide events: who listens, and publishing them (release, cancel)
  *   sql/steps.ts        durable steps (ctx.step): loadJobSteps, recordJobStep, readJobStep, listJobSteps
+ *   sql/pauses.ts       pause, resume, listPaused (what the claims leave out: sql/claim.ts $1 and $6)
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
  * to finished_jobs, its errors, telling waiters), sql/queue-head.ts (a named queue's head),
@@ -37,6 +38,7 @@ import { createFlowQueries } from './flows';
 import { cancelChannel, eventsChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
 import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
+import { createPauseQueries } from './pauses';
 import { createQueueEventQueries } from './queue-events';
 import { createReadQueries } from './read';
 import { createReleaseQueries } from './release';
@@ -73,6 +75,7 @@ export function createQueries(schema: string) {
     ...createOperationsQueries(s, finished),
     ...createQueueEventQueries(s, channel, events),
     ...createStepQueries(s),
+    ...createPauseQueries(s, channel),
   };
 }
 

@@ -3,6 +3,7 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { parseDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
+import { toPausedEntry, type PausedEntry, type PausedRow } from '../control/paused-set';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 
@@ -11,7 +12,8 @@ export interface JobQueueHealthOptions {
    * The oldest job a worker could start and none has taken may wait this long (ms or a
    * duration such as '5m') before the queue counts as down: workers are missing, stuck or too
    * few. A named queue's jobs count only as its head while no job of it runs: a queue waiting
-   * behind a long job, or for its head's retry, is not a backlog. Default 5 minutes.
+   * behind a long job, or for its head's retry, is not a backlog. Paused tasks and queues
+   * (pauseTask, pauseQueue) are not either: the result lists them as `paused`. Default 5 minutes.
    */
   maxDueAge?: number | string;
   /** How long the database may take to answer `select 1`. Default 3 s. */
@@ -40,8 +42,14 @@ export class JobQueueHealthIndicator {
     const problems: string[] = [];
 
     let due: { count: number; oldest_age: number | null } | undefined;
+    let paused: PausedEntry[] | null = null;
     try {
-      due = await withTimeout(this.db.run<{ count: number; oldest_age: number | null }>('startableJobs', []), timeoutMs).then((rows) => rows[0]);
+      const [startable, pauses] = await withTimeout(
+        Promise.all([this.db.run<{ count: number; oldest_age: number | null }>('startableJobs', []), this.db.run<PausedRow>('listPaused', [])]),
+        timeoutMs,
+      );
+      due = startable[0];
+      paused = pauses.map(toPausedEntry);
     } catch (error) {
       problems.push(`the database did not answer: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -49,7 +57,8 @@ export class JobQueueHealthIndicator {
     if (due && oldestDueAgeMs > maxDueAgeMs) problems.push(`the oldest due job has waited ${Math.round(oldestDueAgeMs / 1000)} s (more than ${Math.round(maxDueAgeMs / 1000)} s)`);
 
     const worker = this.workerHealth(problems);
-    const data = { database: due ? 'up' : 'down', worker, dueJobs: due?.count ?? null, oldestDueAgeMs: due ? oldestDueAgeMs : null };
+    // Paused tasks and queues are listed, not judged: their jobs wait by design and count in neither dueJobs nor oldestDueAgeMs.
+    const data = { database: due ? 'up' : 'down', worker, dueJobs: due?.count ?? null, oldestDueAgeMs: due ? oldestDueAgeMs : null, paused };
     return problems.length === 0 ? session.up(data) : session.down({ message: problems.join('; '), ...data });
   }
 

@@ -4,6 +4,8 @@ import type { Observable } from 'rxjs';
 import type { JobQueueEvent } from '../core/events';
 import type { JobContext } from '../core/job-context';
 import { JOB_QUEUE_OPTIONS, keepsCompleted, type ResolvedJobQueueOptions } from '../core/options';
+import { PausedSet, type PausedRow } from '../control/paused-set';
+import { PAUSES_CHANGED } from '../sql/pauses';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { concurrencyForPool, poolSizeWarning } from '../db/pool-size';
 import { TaskRegistry } from '../discovery/task-registry';
@@ -46,6 +48,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private readonly executor: Executor;
   private readonly producer: Producer;
   private readonly localSlots: LocalSlots;
+  /** What is paused, read at start, when told (jobs channel, payload `paused`) and at each poll (control/paused-set.ts). */
+  private readonly paused: PausedSet;
   /** runUntilIdle() calls under way. */
   private idleRuns = 0;
   /** The notice that it polls (transactionPooling without listenUrl) was logged. */
@@ -70,7 +74,11 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.state = new WorkerState(this.createBatcher(membership.workerId));
     const addJob = ((identifier, ...args) => jobs.add(identifier, ...args)) as JobContext['addJob'];
     const launch = (job: Parameters<Executor['launch']>[0]) => this.executor.launch(job);
-    const parts = { state: this.state, membership, db, options, tasks, events, audience };
+    this.paused = new PausedSet(
+      () => membership.run<PausedRow>('listPaused', []),
+      (error) => events.reportError(membership.workerId, 'claim', error),
+    );
+    const parts = { state: this.state, membership, db, options, tasks, events, audience, paused: this.paused };
     this.executor = new Executor(parts, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms), flows);
     this.producer = new Producer(parts, launch);
     this.localSlots = new LocalSlots(parts, this.producer, launch, () => this.ownScope);
@@ -116,6 +124,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       registered: this.membership.isMember,
       lastHeartbeatAt: this.membership.lastHeartbeat,
       runningJobs: this.state.running.size,
+      paused: this.paused.list,
     };
   }
 
@@ -131,11 +140,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       if (channel === cancels) this.executor.cancel([payload ?? '']);
       else if (payload === 'listeners') void this.audience.refresh(); // a listener of queue events came or went
       else {
-        if (channel === undefined) void this.audience.refresh(); // (re)connected: a change may have gone unheard
+        // Pauses changed (read before the next claim), or (re)connected: a change may have gone unheard.
+        if (payload === PAUSES_CHANGED || channel === undefined) this.paused.markStale();
+        if (channel === undefined) void this.audience.refresh();
         void producer.wake();
       }
     });
-    await this.audience.refresh();
+    await Promise.all([this.audience.refresh(), this.paused.refresh()]);
     await membership.register();
     // The listener's first wake-up may have claimed before the row existed (claims need it), and found nothing.
     void producer.wake();

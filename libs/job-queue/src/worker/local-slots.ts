@@ -26,6 +26,8 @@ export class LocalSlots extends WorkerPart implements LocalStarter {
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
     const { state, producer } = this;
     if (!state.started || state.stopping || !this.membership.isMember || !this.tasks.get(task)) return undefined;
+    // Paused (as this worker knows it), or a read of the pauses is due: the job waits in the table for a claim.
+    if (!this.paused.runs(task) || this.paused.isStale) return undefined;
     if (state.prefetched.length > 0 || producer.moreMayBeWaiting || state.busySlots >= state.concurrency) return undefined;
     // A give-back of the rows locked for us that we do not know is due: it must not take the job of an insert in flight.
     if (producer.claimReplyLost) return undefined;

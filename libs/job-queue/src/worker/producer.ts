@@ -46,7 +46,10 @@ export class Producer extends WorkerPart {
 
   /** Polls every pollInterval, for future, retried and unnotified jobs. */
   startPolling(): void {
-    this.pollTimer = setInterval(() => void this.wake(), this.options.pollInterval);
+    this.pollTimer = setInterval(() => {
+      this.paused.markStale(); // the fallback for a lost notification of a pause
+      void this.wake();
+    }, this.options.pollInterval);
   }
 
   /** Stops polling and retrying; resolves once the fetch under way is done. */
@@ -132,9 +135,13 @@ export class Producer extends WorkerPart {
    */
   private async fetchCycle(): Promise<number> {
     const { state } = this;
-    const identifiers = this.tasks.identifiers();
+    const { paused } = this;
     let total = 0;
-    while (!state.stopping && identifiers.length > 0) {
+    while (!state.stopping) {
+      // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
+      if (paused.isStale) await paused.fresh();
+      const identifiers = paused.claimTasks(this.tasks.identifiers());
+      if (identifiers.length === 0 || state.stopping) break;
       const free = Math.max(0, state.concurrency - state.busySlots);
       // Backpressure: what this worker holds, releases not yet written included, stays under maxHeld.
       const headroom = maxHeld(state.concurrency) - (state.busySlots + state.prefetched.length + state.batcher.unwritten);
@@ -151,7 +158,7 @@ export class Producer extends WorkerPart {
       this.claiming = true;
       try {
         const forbidden = await this.forbiddenFlags();
-        rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [identifiers, forbidden, room, claimedAs, free]));
+        rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [identifiers, forbidden, room, claimedAs, free, paused.queues]));
         this.claimFailures = 0;
       } catch (error) {
         // The server may have committed the claim before the reply was lost: the next

@@ -1,3 +1,4 @@
+import type { PausedEntry, PausedSet } from '../control/paused-set';
 import type { Job } from '../core/job';
 import type { ResolvedJobQueueOptions } from '../core/options';
 import type { JobQueueDatabase } from '../db/job-queue-database';
@@ -24,6 +25,8 @@ export interface WorkerStatus {
   /** Its last successful heartbeat (or registration). */
   lastHeartbeatAt: Date | null;
   runningJobs: number;
+  /** What is paused (tasks, '*' for all, and named queues) as this worker last read it: it starts none of their jobs. */
+  paused: readonly PausedEntry[];
 }
 
 /**
@@ -69,6 +72,8 @@ export interface WorkerParts {
   readonly events: JobQueueEvents;
   /** What the cluster's listeners of queue events want: the release publishes it. */
   readonly audience: QueueEventAudience;
+  /** What is paused, as this worker last read it: its claims and local starts leave it out. */
+  readonly paused: PausedSet;
 }
 
 /** A part of the worker (producer, executor, local slots): the shared parts as its own fields. */
@@ -80,8 +85,9 @@ export abstract class WorkerPart {
   protected readonly tasks: TaskRegistry;
   protected readonly events: JobQueueEvents;
   protected readonly audience: QueueEventAudience;
+  protected readonly paused: PausedSet;
 
   constructor(parts: WorkerParts) {
-    ({ state: this.state, membership: this.membership, db: this.db, options: this.options, tasks: this.tasks, events: this.events, audience: this.audience } = parts);
+    ({ state: this.state, membership: this.membership, db: this.db, options: this.options, tasks: this.tasks, events: this.events, audience: this.audience, paused: this.paused } = parts);
   }
 }
