@@ -32,6 +32,7 @@
  * LISTEN_URL (its listenUrl, a direct connection string),
  * ADD_AT_START (`{"identifier", "payload"}`: once ready, the process adds that job itself and
  * prints `added <id> <state>`: a job its own worker may start at its add, localStart),
+ * PRINT_PAUSES=1 (prints `paused <what>` when what its worker knows of the pauses changes: printPauses),
  * and the module's durations when set: HEARTBEAT_INTERVAL, WORKER_TIMEOUT, SHUTDOWN_GRACE
  * (ms). FLAGS_TABLE=1: the forbidden flags are read, at each claim, from the test's
  * `forbidden_flags` table, so a test can steer which process may claim a job (see
@@ -266,6 +267,7 @@ async function main() {
   const app = await NestFactory.createApplicationContext(WorkerProcessModule, { logger: ['error', 'warn'] });
   app.enableShutdownHooks();
   console.log(`ready ${app.get(JobQueueWorker).workerId}`);
+  if (process.env.PRINT_PAUSES === '1') printPauses(app.get(JobQueueWorker));
   if (process.env.ADD_AT_START) {
     const { identifier, payload } = JSON.parse(process.env.ADD_AT_START) as { identifier: string; payload?: unknown };
     await app.get(JobQueueWorker).runUntilIdle(); // the start's catch-up claim is done: the free slots are for adds
@@ -273,6 +275,21 @@ async function main() {
     console.log(`added ${job.id} ${job.state}`);
   }
 }
+/**
+ * PRINT_PAUSES=1: prints `paused <what>` (`-` for nothing, else `task:<name>` and `queue:<name>`
+ * sorted, comma-separated) at start and whenever what the worker knows of the pauses changes,
+ * so that a test can wait until every process knows of a pause before adding jobs it must hold.
+ */
+function printPauses(worker: JobQueueWorker): void {
+  let last: string | undefined;
+  const print = () => {
+    const known = worker.status().paused.map((entry) => `${entry.kind}:${entry.name}`).sort().join(',') || '-';
+    if (known !== last) console.log(`paused ${(last = known)}`);
+  };
+  print();
+  setInterval(print, 10).unref();
+}
+
 main().catch((error) => {
   console.error(error);
   process.exit(1);

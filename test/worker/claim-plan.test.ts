@@ -42,13 +42,13 @@ describe('the claim plan', () => {
   }
 
   /** One claim of CLAIM_SIZE for plan-worker, prepared, under the claim connection's settings; its plan and the ids it claimed (rolled back). */
-  async function claim(planMode: 'force_custom_plan' | 'force_generic_plan'): Promise<{ plan: PlanNode; claimed: string[] }> {
+  async function claim(planMode: 'force_custom_plan' | 'force_generic_plan', pausedQueues = '{}'): Promise<{ plan: PlanNode; claimed: string[] }> {
     await sql.query('begin');
     try {
       await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
       await sql.query(`set local plan_cache_mode = ${planMode}`);
       await sql.query(`prepare claim(${PARAMETER_TYPES.join(', ')}) as ${createQueries('job_queue').claimJobs}`);
-      const { rows } = await sql.query(`explain (analyze, format json) execute claim('{work}', '{}', ${CLAIM_SIZE}, 'plan-worker', 10, '{}')`);
+      const { rows } = await sql.query(`explain (analyze, format json) execute claim('{work}', '{}', ${CLAIM_SIZE}, 'plan-worker', 10, '${pausedQueues}')`);
       const plan = rows[0]['QUERY PLAN'][0].Plan as PlanNode;
       const { rows: claimed } = await sql.query<{ id: string }>(`select id::text from job_queue.jobs where locked_by = 'plan-worker' order by priority, run_at, id`);
       return { plan, claimed: claimed.map((r) => r.id) };
@@ -140,6 +140,22 @@ describe('the claim plan', () => {
           where id = (select min(id) from job_queue.jobs where queue_name = 'free') or (queue_name is null and run_at <= now())
           order by priority, run_at, id limit ${CLAIM_SIZE}`);
         assert.deepEqual(claimed, expected.map((r) => r.id), "the free queue's head, then unqueued jobs in order; nothing of the held or the waiting queue");
+      });
+
+      it(`never walks a paused queue's backlog: a paused queue of 20,000 jobs ahead of the rest (${label})`, async () => {
+        await reset(statistics);
+        const ahead = (minutes: number) => `now() - interval '${minutes} minutes' + g * interval '1 millisecond'`;
+        await sql.query(`insert into job_queue.jobs (task_identifier, queue_name, run_at) select 'work', 'paused', ${ahead(60)} from generate_series(1, 20000) g`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, run_at) select 'work', ${ahead(30)} from generate_series(1, 1000) g`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, queue_name, run_at) select 'work', 'small-' || g, ${ahead(20)} from generate_series(1, 300) g`);
+        await settle(statistics);
+        const { plan, claimed } = await claim(planMode, '{paused}');
+        assertJobsReachedByIndex(plan);
+        const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+        assert.ok(steps.every((step) => step.rows <= 8 * CLAIM_SIZE), `a step handled more than ${8 * CLAIM_SIZE} rows: ${JSON.stringify(steps)}`);
+        const { rows: expected } = await sql.query<{ id: string }>(`
+          select id::text from job_queue.jobs where queue_name is null order by priority, run_at, id limit ${CLAIM_SIZE}`);
+        assert.deepEqual(claimed, expected.map((r) => r.id), 'the unqueued jobs in order; nothing of the paused queue');
       });
     }
   }
