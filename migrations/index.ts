@@ -9,6 +9,7 @@ import { createFlowsMigration } from './1764300000000-flows';
 import { createJobStepsMigration } from './1764400000000-job-steps';
 import { createJobCountsMigration } from './1764500000000-job-counts';
 import { createPausesMigration } from './1764600000000-pauses';
+import { createSchedulesMigration } from './1764700000000-schedules';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -30,5 +31,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createJobStepsMigration(schema),
     createJobCountsMigration(schema),
     createPausesMigration(schema),
+    createSchedulesMigration(schema),
   ];
 }

@@ -56,7 +56,7 @@ describe('upgrading to migration 9 while workers of the previous version run', (
     const { logger } = warningsLogger();
     t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks], logger, jobQueue: { worker: false, externalTasks: '*' } }).finally(() => (migrating = false));
     await adder;
-    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, 'Pauses1764600000000']);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, 'Pauses1764600000000', 'Schedules1764700000000']);
     await waitForValue(u.sql, 'the old worker to run the jobs added during the migration', `select count(*)::int from job_queue.jobs where id = any($1::bigint[])`, 0, [racing]);
 
     const exact = async (when: string) => assert.deepEqual(await t!.jobs.countJobs(), await scannedJobCounts(u.sql), when);

@@ -9,7 +9,7 @@ import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000'];
 const NEW_MIGRATION = 'EventListeners1764200000000';
-const LATER_MIGRATIONS = ['Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000'];
+const LATER_MIGRATIONS = ['Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
 const SLEEP_MS = 3_000;
 
 const heard: QueueEvent[] = [];

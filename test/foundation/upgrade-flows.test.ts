@@ -44,7 +44,7 @@ describe('upgrading to migration 7 while workers of the previous version run', (
       logger,
       jobQueue: { pollInterval: 200, concurrency: 4, forbiddenFlags: ['old-only'], heartbeatInterval: 500, workerTimeout: 3_000 },
     });
-    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000']);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000']);
 
     // ten flows whose root waits an hour: their other steps stay blocked
     const later = new Date(Date.now() + 3_600_000);

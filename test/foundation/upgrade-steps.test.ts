@@ -52,7 +52,7 @@ describe('upgrading to migration 8 while workers of the previous version run', (
     // the new code starts beside it and migrates
     const { logger, logs } = warningsLogger();
     t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks, SteppedTasks], logger, jobQueue: { pollInterval: 200, concurrency: 4 } });
-    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, 'Flows1764300000000', NEW_MIGRATION, 'JobCounts1764500000000', 'Pauses1764600000000']);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, 'Flows1764300000000', NEW_MIGRATION, 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000']);
     assert.deepEqual(
       await q('select id::text, locked_by from job_queue.jobs where id = any($1::bigint[]) order by id', [sleeps]),
       sleeps.map((id) => ({ id, locked_by: old.workerId })),

@@ -12,6 +12,7 @@ export {
 export { JobEndedError } from './service/job-waiter';
 export { FlowEndedError } from './service/job-flows';
 export type { PausedEntry } from './control/paused-set';
+export type { JobSchedule, ScheduleSpec } from './core/schedule';
 export type { FlowStep, AddedFlow, Flow, FlowEdge, FlowState, DependencyResult, DependencyFailurePolicy } from './core/flow-steps';
 export type { JobQueueTasks, TaskName, TaskPayload, TypedJobSpec } from './core/typed-tasks';
 export type { Job, JobSpec, JobSpecWithIdentifier, JobKeyMode, JobState, JobProgress, JobAttemptError } from './core/job';

@@ -18,6 +18,7 @@ import { JobWaiter } from './service/job-waiter';
 import { JobSpecValidator } from './service/job-spec-validator';
 import { JobFlows } from './service/job-flows';
 import { JobPauses } from './control/job-pauses';
+import { JobSchedules } from './service/job-schedules';
 import { LocalStart } from './service/local-start';
 import { JobQueueTelemetry } from './telemetry/job-queue-telemetry';
 import { JobQueueWorker } from './worker/job-queue.worker';
@@ -43,6 +44,7 @@ import { WorkerMembership } from './worker/membership';
     JobSpecValidator,
     JobFlows,
     JobPauses,
+    JobSchedules,
     JobQueueTelemetry,
     JobQueueEvents,
     QueueEventAudience,

@@ -36,6 +36,10 @@ export type JobQueueErrorCode =
   | 'JQ_REQUEST_SCOPED_CRON'
   | 'JQ_INVALID_CRONTAB'
   | 'JQ_PAYLOAD_TOO_LARGE'
+  // schedules at run time (upsertSchedule, removeSchedule, pauseSchedule, resumeSchedule)
+  | 'JQ_INVALID_SCHEDULE'
+  | 'JQ_SCHEDULE_NOT_FOUND'
+  | 'JQ_SCHEDULE_DECLARED_IN_CODE'
   // running jobs
   | 'JQ_JOB_TIMEOUT'
   | 'JQ_WORKER_LOST'

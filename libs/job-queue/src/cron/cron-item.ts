@@ -1,7 +1,7 @@
-import { CronTime } from 'cron';
 import { JobQueueError } from '../core/errors';
 import { validateJob } from '../core/validate-job-spec';
 import { parseDuration } from '../core/duration';
+import { cronTiming, scheduleZone } from '../core/schedule';
 
 /** One recurring job: which task, when, and what its jobs carry. */
 export interface CronItem {
@@ -9,16 +9,18 @@ export interface CronItem {
   identifier: string;
   /** The task its jobs run. */
   task: string;
-  /** The cron expression, and the time zone its ticks are read in (an IANA name or `UTC+hh:mm`). */
-  expression: string;
-  timeZone: string;
+  /** The cron expression and the time zone its ticks are read in (an IANA name or `UTC+hh:mm`), or null for an interval. */
+  expression: string | null;
+  timeZone: string | null;
+  /** The interval in ms (a run-time schedule's `every`), or null for a cron expression. */
+  everyMs: number | null;
   payload: Record<string, unknown>;
   queueName?: string;
   priority?: number;
   maxAttempts?: number;
   /** Missed ticks within this many ms are added late, marked backfilled. */
   backfillMs: number;
-  /** Where it was declared, for messages: `Class.method` or `crontab line N`. */
+  /** Where it was declared, for messages: `Class.method`, `crontab line N` or `upsertSchedule`. */
   source: string;
   /** The first tick strictly after `after`. */
   next(after: Date): Date;
@@ -38,47 +40,15 @@ export interface CronItemSpec {
   source: string;
 }
 
-/** `utcOffset` (minutes east of UTC, as the cron package reads it) as a fixed zone name. */
-function offsetZone(minutes: number): string {
-  const sign = minutes < 0 ? '-' : '+';
-  const abs = Math.abs(Math.trunc(minutes));
-  return `UTC${sign}${String(Math.trunc(abs / 60)).padStart(2, '0')}:${String(abs % 60).padStart(2, '0')}`;
-}
-
-/** Checks a schedule and makes its tick function with the `cron` package @nestjs/schedule uses. */
+/** Checks a schedule declared in code and makes its tick function with the `cron` package @nestjs/schedule uses. */
 export function createCronItem(spec: CronItemSpec): CronItem {
   const where = `cron '${spec.identifier}' (${spec.source})`;
   if (typeof spec.expression !== 'string') {
     throw new JobQueueError('JQ_INVALID_CRON_EXPRESSION', `${where}: the schedule must be a cron expression string, got ${String(spec.expression)}`);
   }
-  if (spec.timeZone != null && spec.utcOffset != null) {
-    throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: give timeZone or utcOffset, not both`);
-  }
-  let zone: string;
-  if (spec.timeZone != null) {
-    if (typeof spec.timeZone !== 'string') throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: timeZone must be a string`);
-    try {
-      new CronTime('* * * * *', spec.timeZone);
-    } catch {
-      throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: unknown time zone '${spec.timeZone}'`);
-    }
-    zone = spec.timeZone;
-  } else if (spec.utcOffset != null) {
-    const offset = typeof spec.utcOffset === 'string' ? Number(spec.utcOffset) : spec.utcOffset;
-    if (typeof offset !== 'number' || !Number.isFinite(offset) || Math.abs(offset) > 14 * 60) {
-      throw new JobQueueError('JQ_INVALID_TIME_ZONE', `${where}: invalid utcOffset ${String(spec.utcOffset)}`);
-    }
-    zone = offsetZone(offset);
-  } else {
-    // as @nestjs/schedule: the system's time zone when none is given
-    zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
-  }
-  let cronTime: CronTime;
-  try {
-    cronTime = new CronTime(spec.expression, zone);
-  } catch (error) {
-    throw new JobQueueError('JQ_INVALID_CRON_EXPRESSION', `${where}: invalid cron expression '${spec.expression}': ${(error as Error).message}`);
-  }
+  // as @nestjs/schedule: the system's time zone when none is given
+  const zone = scheduleZone(spec.timeZone, spec.utcOffset, where, Intl.DateTimeFormat().resolvedOptions().timeZone);
+  const timing = cronTiming(spec.expression, zone, where);
   const backfillMs = spec.backfillPeriod === undefined ? 0 : parseDuration(spec.backfillPeriod);
   if (backfillMs === undefined) {
     throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: backfillPeriod must be milliseconds or a period such as '1d' or '2h30m', got ${String(spec.backfillPeriod)}`);
@@ -93,13 +63,14 @@ export function createCronItem(spec: CronItemSpec): CronItem {
     task: spec.task,
     expression: spec.expression,
     timeZone: zone,
+    everyMs: null,
     payload: spec.payload ?? {},
     queueName: spec.queueName,
     priority: spec.priority,
     maxAttempts: spec.maxAttempts,
     backfillMs,
     source: spec.source,
-    next: (after) => cronTime.getNextDateFrom(after, zone).toJSDate(),
+    next: timing.next,
   };
 }
 

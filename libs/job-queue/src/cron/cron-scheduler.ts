@@ -7,8 +7,10 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import { PinnedConnection } from '../db/pinned-connection';
 import { JobQueueEvents } from '../events/job-queue-events';
 import { backoffMs } from '../core/backoff';
+import type { ScheduleRow } from '../sql/cron';
 import { createCronItem, LATE_TICK_GRACE_MS, nextWakeAt, ticksBetween, ticksDue, type CronItem, type CronItemSpec } from './cron-item';
 import { parseCrontab } from './crontab-parser';
+import { nextCursor, storedSchedule, type StoredSchedule } from './stored-schedules';
 
 /** The scheduler re-reads the clock at least this often, so a jumped clock is noticed. */
 const MAX_SLEEP_MS = 60_000;
@@ -21,23 +23,41 @@ const MAX_SLEEP_MS = 60_000;
  */
 const MAX_RETRY_MS = Math.min(1_000, LATE_TICK_GRACE_MS / 10);
 
+/** A schedule this process ticks, and the last tick it handled. */
+interface Ticking {
+  schedule: StoredSchedule;
+  cursor: Date;
+}
+
 /**
- * Turns `@Cron` on `@Task` methods (and the `crontab` option) into jobs: every process that
- * has the task runs this scheduler, and each tick becomes exactly one job in the cluster,
- * because the tick is claimed in known_crontabs in the statement that adds the job.
+ * Turns schedules into jobs: `@Cron` on `@Task` methods and the `crontab` option (declared in
+ * code), and the schedules given at run time (upsertSchedule). Each tick becomes exactly one
+ * job in the cluster, because the tick is claimed in known_crontabs in the statement that
+ * adds the job.
+ *
+ * The stored schedule is the single source of truth: at startup a process writes the
+ * schedules it declares (the latest process to start wins), then every wake-up (at each tick,
+ * and at least every `pollInterval`) reads the rows of those schedules and of every run-time
+ * one, and ticks what they say. A change, a pause or a removal thus reaches every process
+ * within `pollInterval`; a tick computed from an older revision is refused by the statement.
+ * A process ticks a declared schedule only while it declares it (a `@Cron` removed from the
+ * code stops with the last process that has it), and every run-time schedule.
  *
  * Timing comes from the clock, not from accumulated timers: each wake-up computes the ticks
  * due since the last one handled (cron-item.ts ticksDue). A short delay (a stall, a database
  * outage of a few seconds) adds every tick late; after a long one (the process slept, the
  * clock jumped) only the latest tick is added, and older missed ones only within the
- * schedule's backfill period, marked `backfilled`.
+ * schedule's backfill period, marked `backfilled`. A pause skips its ticks.
  */
 @Injectable()
 export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('JobQueueCron');
-  private items: CronItem[] = [];
-  /** Per schedule, the last tick handled by this process. */
-  private readonly cursors = new Map<string, Date>();
+  /** The schedules this process declares in code. */
+  private declared: CronItem[] = [];
+  /** Every schedule this process ticks, by id, as last read. */
+  private readonly ticking = new Map<string, Ticking>();
+  /** Rows this version cannot tick, by id and signature, warned about once. */
+  private readonly unreadable = new Set<string>();
   private timer?: NodeJS.Timeout;
   private running?: Promise<void>;
   private failures = 0;
@@ -52,17 +72,30 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
-    this.items = this.collectItems();
-    if (this.items.length === 0) return;
+    this.declared = this.collectItems();
     this.stopped = false;
     const bootedAt = new Date();
-    const items = this.items;
-    await this.db.run('registerCrontabs', [items.map((i) => i.identifier), items.map((i) => i.task), items.map((i) => i.expression), items.map((i) => i.timeZone)]);
-    for (const item of this.items) {
-      if (item.backfillMs > 0) await this.backfill(item, bootedAt);
-      this.cursors.set(item.identifier, bootedAt);
+    const items = this.declared;
+    if (items.length > 0) {
+      await this.db.run('registerCrontabs', [
+        items.map((i) => i.identifier),
+        items.map((i) => i.task),
+        items.map((i) => i.expression),
+        items.map((i) => i.timeZone),
+        items.map((i) => JSON.stringify(i.payload)),
+        items.map((i) => i.queueName ?? null),
+        items.map((i) => i.priority ?? null),
+        items.map((i) => i.maxAttempts ?? null),
+        items.map((i) => i.backfillMs),
+      ]);
+      // what was missed while no process ran them; run-time schedules are read at the first
+      // wake-up, so that an app with none declared starts on a schema it does not migrate
+      for (const schedule of await this.read()) {
+        if (!schedule.paused && schedule.item.backfillMs > 0) await this.backfill(schedule, bootedAt);
+        this.ticking.set(schedule.item.identifier, { schedule, cursor: bootedAt });
+      }
+      this.logger.log(`Scheduling ${items.map((item) => `${item.identifier} (${item.source})`).join(', ')}`);
     }
-    this.logger.log(`Scheduling ${this.items.map((item) => `${item.identifier} (${item.source})`).join(', ')}`);
     this.schedule(0);
   }
 
@@ -114,6 +147,34 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     return items;
   }
 
+  /** The schedules this process ticks, as their rows say now (the ones this version cannot read left out, with a warning). */
+  private async read(): Promise<StoredSchedule[]> {
+    const rows = await this.db.run<ScheduleRow>('loadSchedules', [this.declared.map((item) => item.identifier)]);
+    const schedules: StoredSchedule[] = [];
+    for (const row of rows) {
+      const schedule = storedSchedule(row);
+      if (schedule) schedules.push(schedule);
+      else if (!this.unreadable.has(`${row.identifier} ${row.revision}`)) {
+        this.unreadable.add(`${row.identifier} ${row.revision}`);
+        this.logger.warn(`Schedule ${row.identifier} is not ticked here: its row has no task or an expression this version cannot read`);
+      }
+    }
+    return schedules;
+  }
+
+  /** Reads the table again: new, changed, paused, resumed and removed schedules take effect here. */
+  private async reload(now: Date): Promise<void> {
+    const schedules = await this.read();
+    const seen = new Set<string>();
+    for (const schedule of schedules) {
+      const id = schedule.item.identifier;
+      seen.add(id);
+      const before = this.ticking.get(id);
+      this.ticking.set(id, { schedule, cursor: nextCursor(before, schedule, now) });
+    }
+    for (const id of [...this.ticking.keys()]) if (!seen.has(id)) this.ticking.delete(id);
+  }
+
   private schedule(delayMs: number): void {
     if (this.stopped) return;
     clearTimeout(this.timer);
@@ -125,14 +186,24 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
   private async wake(): Promise<void> {
     const now = new Date();
     let failed = false;
-    for (const item of this.items) {
+    try {
+      await this.reload(now);
+    } catch (error) {
+      failed = true;
+      this.events.reportError(this.pinned.workerId, 'cron', error);
+    }
+    for (const entry of this.ticking.values()) {
       if (this.stopped) return;
-      const { onTime, missed } = ticksDue(item, this.cursors.get(item.identifier)!, now);
+      if (entry.schedule.paused) {
+        entry.cursor = now;
+        continue;
+      }
+      const { onTime, missed } = ticksDue(entry.schedule.item, entry.cursor, now);
       try {
-        for (const tick of missed) await this.addTick(this.db.pool, item, tick, true);
+        for (const tick of missed) await this.addTick(this.db.pool, entry.schedule, tick, true);
         for (const tick of onTime) {
-          await this.addTick(this.db.pool, item, tick, false);
-          this.cursors.set(item.identifier, tick);
+          await this.addTick(this.db.pool, entry.schedule, tick, false);
+          entry.cursor = tick;
         }
       } catch (error) {
         failed = true;
@@ -141,15 +212,20 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     }
     this.failures = failed ? this.failures + 1 : 0;
     if (failed) return this.schedule(Math.min(MAX_RETRY_MS, backoffMs(this.failures)));
-    this.schedule(nextWakeAt(this.items, this.cursors, now).getTime() - Date.now());
+    const live = [...this.ticking.values()].filter((entry) => !entry.schedule.paused);
+    const cursors = new Map(live.map((entry) => [entry.schedule.item.identifier, entry.cursor]));
+    const nextTick = live.length > 0 ? nextWakeAt(live.map((entry) => entry.schedule.item), cursors, now).getTime() : Infinity;
+    // the next reading of the table is due a pollInterval after this one
+    this.schedule(Math.min(nextTick, now.getTime() + this.options.pollInterval) - Date.now());
   }
 
   /**
    * Adds the ticks missed while no process ran this schedule: after its last execution,
-   * after it was first known, and within its backfill period; oldest first, in one
-   * transaction holding the schedule's row, so that no live tick overtakes them.
+   * after it was first known or last resumed, and within its backfill period; oldest
+   * first, in one transaction holding the schedule's row, so that no live tick overtakes them.
    */
-  private async backfill(item: CronItem, until: Date): Promise<void> {
+  private async backfill(schedule: StoredSchedule, until: Date): Promise<void> {
+    const { item } = schedule;
     const client = await this.db.pool.connect();
     // A connection lost between two statements emits 'error' on the checked-out client, which
     // would crash the app without a listener; the next statement fails instead, and is retried.
@@ -157,10 +233,14 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     client.on('error', ignore);
     try {
       await client.query('begin');
-      const { rows } = await client.query<{ known_since: Date; last_execution: Date | null }>(this.db.sql.lockCrontab, [item.identifier]);
-      const from = Math.max(until.getTime() - item.backfillMs, rows[0].known_since.getTime(), rows[0].last_execution?.getTime() ?? 0);
-      const ticks = ticksBetween(item, new Date(from), until);
-      for (const tick of ticks) await this.addTick(client, item, tick, true);
+      const { rows } = await client.query<ScheduleRow>(this.db.sql.lockCrontab, [item.identifier]);
+      const row = rows[0];
+      // gone, paused or changed since it was read: the live ticks take it from here
+      const ticks =
+        row && row.paused_at === null && row.revision === schedule.revision
+          ? ticksBetween(item, new Date(Math.max(until.getTime() - item.backfillMs, ...[row.known_since, row.last_execution, row.resumed_at].map((at) => at?.getTime() ?? 0))), until)
+          : [];
+      for (const tick of ticks) await this.addTick(client, schedule, tick, true);
       await client.query('commit');
       if (ticks.length > 0) this.logger.log(`Backfilled ${ticks.length} missed tick(s) of ${item.identifier}`);
     } catch (error) {
@@ -172,7 +252,8 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     }
   }
 
-  private async addTick(client: Pick<PoolClient, 'query'>, item: CronItem, tick: Date, backfilled: boolean): Promise<void> {
+  private async addTick(client: Pick<PoolClient, 'query'>, schedule: StoredSchedule, tick: Date, backfilled: boolean): Promise<void> {
+    const { item } = schedule;
     const ts = tick.toISOString();
     const payload = JSON.stringify({ ...item.payload, _cron: { ts, backfilled } });
     const { rows } = await client.query<{ id: string }>(this.db.sql.scheduleCronTick, [
@@ -184,6 +265,7 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
       item.maxAttempts ?? null,
       `cron:${item.identifier}:${ts}`,
       item.priority ?? null,
+      schedule.revision,
     ]);
     if (rows[0]) this.events.emit({ type: 'cron:schedule', identifier: item.identifier, ts: tick, backfilled, jobId: String(rows[0].id) });
   }

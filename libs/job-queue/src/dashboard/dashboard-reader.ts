@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
-import { CronTime } from 'cron';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import type { Flow } from '../core/flow-steps';
 import { toJob, type Job, type JobRow } from '../core/job';
+import type { JobSchedule } from '../core/schedule';
 import { JobQueueService, type JobCountsReport } from '../service/job-queue.service';
 
 export interface MinuteCounts {
@@ -39,16 +39,8 @@ export interface WorkerView {
   late: boolean;
 }
 
-export interface ScheduleView {
-  identifier: string;
-  task: string | null;
-  expression: string | null;
-  timeZone: string | null;
-  knownSince: Date;
-  lastTick: Date | null;
-  nextTick: Date | null;
-  registeredAt: Date | null;
-}
+/** A schedule as the cron page shows it: listSchedules()'s. */
+export type ScheduleView = JobSchedule;
 
 /** A durable step a job's handler recorded (ctx.step). */
 export interface JobStepView {
@@ -110,22 +102,9 @@ export class DashboardReader {
     }));
   }
 
+  /** Every schedule, declared in code or at run time, with its next tick (listSchedules()). */
   async schedules(): Promise<ScheduleView[]> {
-    const rows = await this.db.run<{
-      identifier: string; task_identifier: string | null; expression: string | null; time_zone: string | null;
-      known_since: Date; last_execution: Date | null; registered_at: Date | null;
-    }>('listSchedules', []);
-    const now = new Date();
-    return rows.map((row) => ({
-      identifier: row.identifier,
-      task: row.task_identifier,
-      expression: row.expression,
-      timeZone: row.time_zone,
-      knownSince: row.known_since,
-      lastTick: row.last_execution,
-      nextTick: nextTick(row.expression, row.time_zone, row.last_execution && row.last_execution > now ? row.last_execution : now),
-      registeredAt: row.registered_at,
-    }));
+    return this.jobs.listSchedules();
   }
 
   /** The durable steps job `id` recorded, in the order they were recorded (none for a job that has none, or is gone). */
@@ -169,15 +148,5 @@ export class DashboardReader {
       if (job) return [job];
     }
     return (await this.db.run<JobRow>('getJobsByKey', [text])).map((row) => toJob(row));
-  }
-}
-
-/** The schedule's next tick after `after`, as the cron scheduler computes it; null for a schedule of an older version (no expression stored). */
-function nextTick(expression: string | null, timeZone: string | null, after: Date): Date | null {
-  if (!expression) return null;
-  try {
-    return new CronTime(expression, timeZone ?? undefined).getNextDateFrom(after, timeZone ?? undefined).toJSDate();
-  } catch {
-    return null;
   }
 }

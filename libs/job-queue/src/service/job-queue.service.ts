@@ -5,6 +5,8 @@ import { JobSpecValidator } from './job-spec-validator';
 import { JobFlows } from './job-flows';
 import { JobPauses } from '../control/job-pauses';
 import type { PausedEntry } from '../control/paused-set';
+import { JobSchedules } from './job-schedules';
+import type { JobSchedule, ScheduleSpec } from '../core/schedule';
 import { readJobs } from './read-jobs';
 import { addDeduped, lockJobKeys } from './deduped-add';
 import { cancelRefusal, validateReason } from '../core/cancel-outcome';
@@ -48,6 +50,7 @@ export class JobQueueService {
     private readonly audience: QueueEventAudience,
     private readonly stream: QueueEventStream,
     private readonly pauses: JobPauses,
+    private readonly schedules: JobSchedules,
   ) {}
 
   /**
@@ -364,6 +367,38 @@ export class JobQueueService {
       maxAttempts ?? null,
     ]);
     return rows.map((row) => toJob(row));
+  }
+
+  /**
+   * Creates or changes a recurring job at run time: `cron` (an expression, read in `timeZone`,
+   * default UTC) or `every` (a duration: ticks at its whole multiples since the Unix epoch), the
+   * task `identifier`, and what each tick's job carries. Kept in the database: every process
+   * ticks it within its `pollInterval`, each tick once across the cluster. A schedule declared
+   * in code (`@Cron`, `crontab`) cannot be changed here. Bad input: JQ_INVALID_SCHEDULE,
+   * JQ_INVALID_CRON_EXPRESSION, JQ_INVALID_TIME_ZONE, JQ_UNKNOWN_TASK (and the job spec's codes).
+   */
+  async upsertSchedule(id: string, spec: ScheduleSpec): Promise<JobSchedule> {
+    return this.schedules.upsert(id, spec);
+  }
+
+  /** Removes a run-time schedule: true if removed, false if there was none. A schedule declared in code: JQ_SCHEDULE_DECLARED_IN_CODE. */
+  async removeSchedule(id: string): Promise<boolean> {
+    return this.schedules.remove(id);
+  }
+
+  /** Pauses a schedule, declared in code or not, in every process: its ticks are skipped until resumeSchedule (JQ_SCHEDULE_NOT_FOUND if none). */
+  async pauseSchedule(id: string): Promise<JobSchedule> {
+    return this.schedules.setPaused(id, true);
+  }
+
+  /** Resumes a paused schedule from its next tick; the ticks of its pause are not added. */
+  async resumeSchedule(id: string): Promise<JobSchedule> {
+    return this.schedules.setPaused(id, false);
+  }
+
+  /** Every schedule, declared in code (`declaredInCode`) or at run time, by id, with its next tick. */
+  async listSchedules(): Promise<JobSchedule[]> {
+    return this.schedules.list();
   }
 
   /**

@@ -64,12 +64,6 @@ export function createOperationsQueries(s: string, finished: string) {
       from ${s}.workers w
       order by w.started_at, w.id`,
 
-    /** Every cron schedule any replica declared, with its last tick. */
-    listSchedules: `
-      select identifier, task_identifier, expression, time_zone, known_since, last_execution, registered_at
-      from ${s}.known_crontabs
-      order by identifier`,
-
     /** The tasks that have finished jobs (from finished_counts: a few rows per task), for the dashboard's task filter. */
     finishedTasks: `select distinct task_identifier from ${s}.finished_counts order by 1`,
 
