@@ -227,6 +227,20 @@ for (const platform of PLATFORMS) describe(`dashboard (${platform})`, () => {
     assert.equal(paris, '03:00', `the next tick is 3:00 in Paris: ${nextTick.toISOString()}`);
     assert.ok(nextTick.getTime() > Date.now() && nextTick.getTime() <= Date.now() + 86_400_000);
     await page.screenshot({ path: screenshotPath(platform, '7-cron') });
+    // a run-time schedule beside it; the declared one paused and resumed by its buttons (form token, confirm)
+    await ctx.t.jobs.upsertSchedule(`yearly_${platform}`, { cron: '0 0 1 1 *', identifier: 'charge_card', payload: { card: '0000' } });
+    await page.reload();
+    assert.deepEqual((await page.locator(`tr[data-schedule="yearly_${platform}"] td`).allInnerTexts()).slice(7, 9), ['run time', 'Active']);
+    await row.locator('button:has-text("Pause")').click();
+    await page.waitForURL(/done=schedule-paused/);
+    assert.equal(await row.getAttribute('data-paused'), 'yes');
+    assert.deepEqual((await row.locator('td').allInnerTexts()).slice(5, 9), ['—', await row.locator('td:nth-child(7)').innerText(), 'code', 'Paused']);
+    assert.equal((await ctx.t.jobs.listSchedules()).find((s) => s.id === 'nightly_report')?.paused, true);
+    await page.screenshot({ path: screenshotPath(platform, '7-cron-paused') });
+    await row.locator('button:has-text("Resume")').click();
+    await page.waitForURL(/done=schedule-resumed/);
+    assert.equal((await ctx.t.jobs.listSchedules()).find((s) => s.id === 'nightly_report')?.paused, false);
+    await ctx.t.jobs.removeSchedule(`yearly_${platform}`);
 
     await page.goto(`${base}/workers`);
     const worker = page.locator(`tr[data-worker="${ctx.t.worker.workerId}"]`);
@@ -325,6 +339,9 @@ for (const platform of PLATFORMS) describe(`dashboard (${platform})`, () => {
       const html = await page.text();
       assert.match(html, /read-only/);
       assert.doesNotMatch(html, /<form method="post"/, 'no action form');
+      const cron = await (await fetch(`${app.url}/queue/cron`)).text();
+      assert.match(cron, /data-schedule="nightly_report"/);
+      assert.doesNotMatch(cron, /<form method="post"|Pause</, 'no pause button on a read-only cron page');
       const cookie = 'jq_dashboard_csrf=0123456789abcdef0123456789abcdef';
       const post = await fetch(`${app.url}/queue/jobs/${failed.id}/cancel`, {
         method: 'POST',

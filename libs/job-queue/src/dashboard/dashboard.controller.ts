@@ -119,6 +119,24 @@ export class DashboardController {
     return runAction(request, 3, '', async () => ({ done: 'retried-failed', n: String(await this.reader.jobs.retryFailedJobs(task)) }));
   }
 
+  @Post('cron/:id/pause')
+  @Redirect()
+  async pauseSchedule(@Req() request: HttpRequest, @Param('id') id: string) {
+    return runAction(request, 3, 'cron', async () => {
+      await this.reader.jobs.pauseSchedule(id);
+      return { done: 'schedule-paused' };
+    });
+  }
+
+  @Post('cron/:id/resume')
+  @Redirect()
+  async resumeSchedule(@Req() request: HttpRequest, @Param('id') id: string) {
+    return runAction(request, 3, 'cron', async () => {
+      await this.reader.jobs.resumeSchedule(id);
+      return { done: 'schedule-resumed' };
+    });
+  }
+
   private jobId(id: string): string {
     if (!JOB_ID.test(id)) throw new NotFoundException(`job ${id} not found`);
     return id;

@@ -11,6 +11,8 @@ const DONE = {
   cancelled: () => 'Cancel requested: a waiting job ends at once, a running one as soon as its worker hears of it.',
   deleted: (id) => id && `Job #${id} deleted.`,
   'retried-failed': (n) => n && `${n} failed job(s) retried.`,
+  'schedule-paused': () => 'Schedule paused: no replica adds its ticks until it is resumed.',
+  'schedule-resumed': () => 'Schedule resumed: it ticks again from its next tick.',
 } satisfies Record<string, (n: string | undefined) => string | undefined>;
 
 const FAILED = {
@@ -19,6 +21,7 @@ const FAILED = {
   JQ_JOB_FINISHED: 'The job has already finished: only an unfinished job can be cancelled.',
   JQ_JOB_RUNNING: 'A worker holds the job: cancel it first.',
   JQ_INVALID_TASK_IDENTIFIER: 'No task has that name.',
+  JQ_SCHEDULE_NOT_FOUND: 'No such schedule: it was removed.',
   failed: 'The action failed.',
 } satisfies Record<string, string>;
 
