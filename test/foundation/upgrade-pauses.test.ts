@@ -15,7 +15,7 @@ const OLD_MIGRATIONS = [
   'Flows1764300000000',
   'JobStepsAndBatches1764400000000',
 ];
-const NEW_MIGRATIONS = ['JobCounts1764500000000', 'Pauses1764600000000'];
+const NEW_MIGRATIONS = ['JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
 
 /**
  * A rolling deploy of the release with pauses (migration 10, a `pauses` table) beside a worker

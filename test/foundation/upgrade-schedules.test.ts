@@ -35,13 +35,13 @@ class NewSchedule {
 }
 
 /**
- * A rolling deploy of the release with schedules kept in the database (migration 10) while a
+ * A rolling deploy of the release with schedules kept in the database (migration 11) while a
  * worker of 1572e48 (migrations 1–8, no schedules at run time) ticks its own `@Cron` `tick`,
  * which the new version declares too. What docs/guides/cron.md says of old workers: they never
  * tick a run-time schedule, they keep ticking their own `@Cron` as their code declares it (a
  * pause does not reach them), and each tick still becomes one job.
  */
-describe('upgrading to migration 10 (schedules) while workers of the previous version run', () => {
+describe('upgrading to migration 11 (schedules) while workers of the previous version run', () => {
   const u = upgradeSetup('upgrade_schedules', FLOWS_VERSION);
   const { q } = u;
   /** The ticks of `tick` that ran (their `_cron.ts`), whichever version ran them. */
