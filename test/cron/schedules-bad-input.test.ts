@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
-import { isJobQueueError, Task, type JobQueueErrorCode, type ScheduleSpec } from '../../libs/job-queue/src';
+import { DataSource } from 'typeorm';
+import { isJobQueueError, KnownCrontabEntity, Task, type JobQueueErrorCode, type ScheduleSpec } from '../../libs/job-queue/src';
 import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
 
 @Injectable()
@@ -88,5 +89,8 @@ describe('schedules: bad input', () => {
     const [changed] = await rows();
     assert.equal(Number(changed.revision), Number(first.revision) + 1);
     assert.deepEqual([changed.expression, changed.every_ms, changed.time_zone], [null, '3600000', null]);
+    // the entity users query with a repository has the schedule's columns
+    const entity = await ctx.t.app.get(DataSource).getRepository(KnownCrontabEntity).findOneByOrFail({ identifier: 'kept' });
+    assert.deepEqual([entity.kind, entity.everyMs, entity.payload, entity.revision, entity.pausedAt], ['runtime', '3600000', { n: 1 }, changed.revision, null]);
   });
 });

@@ -69,6 +69,18 @@ export function createJobQueueEntities(schema = 'job_queue') {
     @Column({ type: 'text', nullable: true }) expression!: string | null;
     @Column({ name: 'time_zone', type: 'text', nullable: true }) timeZone!: string | null;
     @Column({ name: 'registered_at', type: 'timestamptz', nullable: true }) registeredAt!: Date | null;
+    /** `code` (@Cron, crontab) or `runtime` (upsertSchedule). */
+    @Column({ type: 'text' }) kind!: 'code' | 'runtime';
+    @Column({ name: 'every_ms', type: 'bigint', nullable: true }) everyMs!: string | null;
+    @Column({ type: 'jsonb', nullable: true }) payload!: Record<string, unknown> | null;
+    @Column({ name: 'queue_name', type: 'text', nullable: true }) queueName!: string | null;
+    @Column({ type: 'integer', nullable: true }) priority!: number | null;
+    @Column({ name: 'max_attempts', type: 'integer', nullable: true }) maxAttempts!: number | null;
+    @Column({ name: 'backfill_ms', type: 'bigint', nullable: true }) backfillMs!: string | null;
+    @Column({ name: 'paused_at', type: 'timestamptz', nullable: true }) pausedAt!: Date | null;
+    @Column({ name: 'resumed_at', type: 'timestamptz', nullable: true }) resumedAt!: Date | null;
+    @Column({ type: 'bigint' }) revision!: string;
+    @Column({ name: 'updated_at', type: 'timestamptz', nullable: true }) updatedAt!: Date | null;
   }
 
   @Entity({ schema, name: 'workers', synchronize: false })
