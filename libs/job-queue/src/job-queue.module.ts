@@ -17,6 +17,7 @@ import { JobQueueService } from './service/job-queue.service';
 import { JobWaiter } from './service/job-waiter';
 import { JobSpecValidator } from './service/job-spec-validator';
 import { JobFlows } from './service/job-flows';
+import { JobAdder } from './service/job-adder';
 import { JobPauses } from './control/job-pauses';
 import { JobSchedules } from './service/job-schedules';
 import { LocalStart } from './service/local-start';
@@ -43,6 +44,7 @@ import { WorkerMembership } from './worker/membership';
     JobWaiter,
     JobSpecValidator,
     JobFlows,
+    JobAdder,
     JobPauses,
     JobSchedules,
     JobQueueTelemetry,

@@ -1,28 +1,21 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
-import { JobSpecValidator } from './job-spec-validator';
 import { JobFlows } from './job-flows';
 import { JobPauses } from '../control/job-pauses';
 import type { PausedEntry } from '../control/paused-set';
 import { JobSchedules } from './job-schedules';
 import type { JobSchedule, ScheduleSpec } from '../core/schedule';
 import { readJobs } from './read-jobs';
-import { addDeduped, lockJobKeys } from './deduped-add';
+import { JobAdder } from './job-adder';
 import { cancelRefusal, validateReason } from '../core/cancel-outcome';
 import type { AddedFlow, Flow, FlowStep } from '../core/flow-steps';
 import { JobQueueError } from '../core/errors';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { checkDuration } from '../core/duration';
-import { checkManager } from './check-manager';
-import { toJob, type Job, type JobRow, type JobSpec } from '../core/job';
-import { AmbientTransaction } from '../peers/ambient-transaction';
+import { toJob, type Job, type JobRow } from '../core/job';
 import { JobWaiter } from './job-waiter';
 import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from '../core/typed-tasks';
-import { addedJobs, type AddedRow } from './added-jobs';
-import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
-import { toTraceColumns, traceValues, type TraceColumns } from '../core/trace-context';
-import { LocalStart, type LocalSlot } from './local-start';
 import { QueueEventAudience } from '../events/queue-event-audience';
 import { QueueEventStream } from '../events/queue-event-stream';
 import type { QueueEvent } from '../core/queue-events';
@@ -30,7 +23,7 @@ import type { Observable } from 'rxjs';
 import { countJobs, listJobs, type JobCountsReport, type JobPage, type ListJobsOptions, type RescheduleOptions } from './job-lists';
 
 export type { JobCounts, JobCountsReport, JobPage, ListJobsOptions, RescheduleOptions } from './job-lists';
-import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier, type ValidJob } from '../core/validate-job-spec';
+import { LIMITS, optionalSmallint, optionalString, validateJob, validateJobIds, validateTaskIdentifier } from '../core/validate-job-spec';
 
 /** The longest waitForJob timeout: about 24 days, what a Node.js timer holds. */
 const MAX_WAIT_MS = 2_147_483_647;
@@ -41,16 +34,13 @@ export class JobQueueService {
   constructor(
     private readonly db: JobQueueDatabase,
     @Inject(JOB_QUEUE_OPTIONS) private readonly options: ResolvedJobQueueOptions,
-    private readonly specs: JobSpecValidator,
     private readonly flows: JobFlows,
     private readonly waiter: JobWaiter,
-    private readonly telemetry: JobQueueTelemetry,
-    private readonly ambient: AmbientTransaction,
-    private readonly localStart: LocalStart,
     private readonly audience: QueueEventAudience,
     private readonly stream: QueueEventStream,
     private readonly pauses: JobPauses,
     private readonly schedules: JobSchedules,
+    private readonly adder: JobAdder,
   ) {}
 
   /**
@@ -68,95 +58,13 @@ export class JobQueueService {
    * Adds a job. With `spec.manager` the insert joins that transaction: the job (and the
    * wake-up of the workers) exists only once it commits.
    */
-  async add<Name extends TaskName>(identifier: Name, ...[payload, spec = {}]: AddArgs<Name>): Promise<Job<TaskPayload<Name>>> {
-    const manager = spec?.manager ?? this.ambient.manager();
-    checkManager(manager, this.db.dataSource);
-    const job = this.validate(identifier, payload, spec);
-    const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
-      const trace = toTraceColumns(carrier);
-      if (job.jobKey === null) {
-        const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace)];
-        const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
-        if (slot) return this.addStarted(job, keyless, trace, slot);
-        return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
-      }
-      const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
-      const addKeyed = async (into?: EntityManager) => {
-        const rows = trace
-          ? await this.db.run<JobRow>('addJobTraced', [...values, ...traceValues(trace)], into)
-          : await this.db.run<JobRow>('addJob', values, into);
-        return rows.map((row) => toJob(row));
-      };
-      return job.dedupeForMs === null ? addKeyed(manager) : addDeduped(this.db, { ...job, jobKey: job.jobKey, dedupeForMs: job.dedupeForMs }, manager, addKeyed);
-    });
-    return added as Job<TaskPayload<Name>>;
-  }
-
-  /** A free slot of this process's worker for `job`, if it can start there at once (service/local-start.ts). */
-  private keepLocalSlot(job: ValidJob): LocalSlot | undefined {
-    if (job.queueName !== null || (job.runAt !== null && job.runAt.getTime() > Date.now())) return undefined;
-    return this.localStart.keepSlot(job.identifier, job.flags ?? []);
-  }
-
-  /** Inserts `job` (addJobKeyless's values `keyless`) claimed by the slot's worker (sql addJobStarted) and hands it over; returns the caller's copy. */
-  private async addStarted(job: ValidJob, keyless: unknown[], trace: TraceColumns | null, slot: LocalSlot): Promise<Job[]> {
-    let rows: AddedRow[];
-    try {
-      rows = await this.db.run<AddedRow>('addJobStarted', [...keyless, slot.workerId]);
-    } catch (error) {
-      slot.failed();
-      throw error;
-    }
-    if (rows[0]?.locked_by === slot.workerId) slot.start(addedJobs([job], rows, trace)[0]);
-    else slot.free();
-    // The caller's own copy: the handler may already be changing its payload.
-    return addedJobs([job], rows, trace);
+  add<Name extends TaskName>(identifier: Name, ...args: AddArgs<Name>): Promise<Job<TaskPayload<Name>>> {
+    return this.adder.add(identifier, ...args);
   }
 
   /** Adds many jobs in one round trip and one NOTIFY; all are checked before any is written. */
-  async addMany(specs: readonly TypedJobSpec[], options: { manager?: EntityManager } = {}): Promise<Job[]> {
-    if (!Array.isArray(specs)) throw new JobQueueError('JQ_INVALID_SPEC', 'addMany takes an array of job specs');
-    const manager = options?.manager ?? this.ambient.manager();
-    checkManager(manager, this.db.dataSource);
-    const jobs = specs.map((spec, index) => {
-      try {
-        if (spec === null || typeof spec !== 'object') throw new JobQueueError('JQ_INVALID_SPEC', 'a job spec must be an object');
-        const { identifier, payload, ...rest } = spec;
-        return this.validate(identifier, payload, rest);
-      } catch (error) {
-        JobQueueError.rethrowAt(`addMany, job ${index}`, error);
-      }
-    });
-    if (jobs.length === 0) return [];
-    // Throttled adds take their keys' turns, all at once, then add one by one (service/deduped-add.ts), in one transaction.
-    if (jobs.some((job) => job.dedupeForMs !== null)) {
-      const each = async (into: EntityManager) => {
-        await lockJobKeys(this.db, jobs.filter((job) => job.dedupeForMs !== null).map((job) => job.jobKey!), into);
-        const added: Job[] = [];
-        for (const spec of specs) added.push(await this.add(spec.identifier as TaskName, ...([spec.payload, { ...spec, manager: into }] as AddArgs<TaskName>)));
-        return added;
-      };
-      return manager ? each(manager) : this.db.dataSource.transaction('READ COMMITTED', each);
-    }
-    const columns = [
-      jobs.map((j) => j.identifier),
-      jobs.map((j) => j.payloadJson),
-      jobs.map((j) => j.queueName),
-      jobs.map((j) => j.runAt),
-      jobs.map((j) => j.maxAttempts),
-      jobs.map((j) => j.priority),
-      jobs.map((j) => (j.flags ? JSON.stringify(j.flags) : null)),
-    ];
-    const keyed = jobs.some((j) => j.jobKey !== null);
-    const keys = [jobs.map((j) => j.jobKey), jobs.map((j) => j.jobKeyMode)];
-    return this.telemetry.traceAdd(jobs, 'addMany', async (carrier) => {
-      const trace = toTraceColumns(carrier);
-      if (!keyed) return addedJobs(jobs, await this.db.run<AddedRow>('addJobsBulk', [...columns, ...traceValues(trace)], manager), trace);
-      const rows = trace
-        ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues(trace)], manager)
-        : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], manager);
-      return rows.map((row) => toJob(row));
-    });
+  addMany(specs: readonly TypedJobSpec[], options: { manager?: EntityManager } = {}): Promise<Job[]> {
+    return this.adder.addMany(specs, options);
   }
 
   /**
@@ -415,11 +323,6 @@ export class JobQueueService {
       );
     }
     return dataSource.getRepository<Entity>(metadata.target);
-  }
-
-  /** Task options fill in what the spec leaves out; the task must be one this app knows. */
-  private validate(identifier: string, payload: unknown, spec: Omit<JobSpec, 'manager'> & { manager?: unknown }): ValidJob {
-    return this.specs.validate(identifier, payload, spec);
   }
 }
 
