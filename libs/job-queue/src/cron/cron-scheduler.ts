@@ -76,6 +76,8 @@ export class CronScheduler implements OnApplicationBootstrap, BeforeApplicationS
     this.stopped = false;
     const bootedAt = new Date();
     const items = this.declared;
+    // A producer-only app (worker: false) that declares nothing leaves the ticks to the apps that run jobs.
+    if (items.length === 0 && !this.options.worker) return;
     if (items.length > 0) {
       await this.db.run('registerCrontabs', [
         items.map((i) => i.identifier),

@@ -4,7 +4,7 @@ import type { Observable } from 'rxjs';
 import type { JobQueueEvent } from '../core/events';
 import type { JobContext } from '../core/job-context';
 import { JOB_QUEUE_OPTIONS, keepsCompleted, type ResolvedJobQueueOptions } from '../core/options';
-import { PausedSet, type PausedRow } from '../control/paused-set';
+import { PausedSet } from '../control/paused-set';
 import { PAUSES_CHANGED } from '../sql/pauses';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { concurrencyForPool, poolSizeWarning } from '../db/pool-size';
@@ -75,7 +75,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     const addJob = ((identifier, ...args) => jobs.add(identifier, ...args)) as JobContext['addJob'];
     const launch = (job: Parameters<Executor['launch']>[0]) => this.executor.launch(job);
     this.paused = new PausedSet(
-      () => membership.run<PausedRow>('listPaused', []),
+      // On the claim connection, as the claims that wait for it: the pinned one may be busy with a maintenance sweep waiting for a lock.
+      () => this.producer.readPauses(),
       (error) => events.reportError(membership.workerId, 'claim', error),
     );
     const parts = { state: this.state, membership, db, options, tasks, events, audience, paused: this.paused };

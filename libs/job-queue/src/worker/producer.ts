@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { backoffMs, sleep } from '../core/backoff';
 import type { Job } from '../core/job';
+import type { PausedRow } from '../control/paused-set';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { maxHeld, PrefetchSizer } from './prefetch';
@@ -57,6 +58,11 @@ export class Producer extends WorkerPart {
     clearInterval(this.pollTimer);
     clearTimeout(this.retryTimer);
     await this.fetchChain;
+  }
+
+  /** The pauses (sql listPaused), read on the claim connection, for the worker's PausedSet. */
+  readPauses(): Promise<PausedRow[]> {
+    return this.claims.run((client) => this.db.runOn<PausedRow>(client, 'listPaused', []));
   }
 
   closeClaims(): Promise<void> {
