@@ -7,7 +7,8 @@
 // addMany of CHUNK), the order rotated each slice, so that drift in the machine's load falls on all.
 // Prints per build the adds/s of both kinds and the CPU its database's backends spent per job (from
 // /proc: same machine only; less disturbed by other load than the rates), and against the first build
-// the ratio of the totals.
+// the ratio of the totals. SETUP_<label>: a statement run on that build's database after its app
+// opened (say, to drop a trigger), so that one build can be measured with and without something.
 const fs = require('fs');
 const { join } = require('path');
 const { Client } = require('pg');
@@ -18,7 +19,7 @@ const SLICE = +(process.env.SLICE || 250);
 const CHUNK = +(process.env.CHUNK || 1000);
 const BUILDS = (process.env.BUILDS || `this=${join(__dirname, '../../..')}`).split(',').map((spec) => {
   const [label, dir] = spec.split('=');
-  return { label, openApp: require(join(dir, 'dist/apps/bench/system-nestjs-job-queue')).openApp };
+  return { label, openApp: require(join(dir, 'dist/apps/bench/system-nestjs-job-queue')).openApp, setup: process.env[`SETUP_${label}`] };
 });
 const harness = join(__dirname, '../../../dist/apps/bench');
 const { readBenchConfig } = require(join(harness, 'config'));
@@ -44,7 +45,9 @@ async function backendCpu(admin, db) {
   const opened = [];
   for (const [i, build] of BUILDS.entries()) {
     const db = `bench_add_ab_${i}`;
-    opened.push({ build, db, queue: await build.openApp(await recreateDatabase(serverUrl, db), config), one: 0, many: 0, index: 0, oneCpu: 0, manyCpu: 0 });
+    const queue = await build.openApp(await recreateDatabase(serverUrl, db), config);
+    if (build.setup) await queue.dataSource.query(build.setup);
+    opened.push({ build, db, queue, one: 0, many: 0, index: 0, oneCpu: 0, manyCpu: 0 });
   }
   try {
     for (const o of opened) for (let k = 0; k < 50; k++) await o.queue.addOne(o.index++); // warm-up
