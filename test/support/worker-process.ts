@@ -27,6 +27,7 @@
  * `tick`, on an every-second `@Cron`, which inserts its tick (`_cron.ts` and `backfilled`),
  * the job id and the pid into the test's `ticks` table; `flow-step` records a flow's step in
  * the test's `flow_runs` table (see the task).
+ * LIMITED=1 adds `limited` (see LimitedTasks).
  * Environment: DATABASE_URL, CONCURRENCY (default 4), CRON (`1`: schedule and run `tick`),
  * TRANSACTION_POOLING (`1`: the module's transactionPooling, DATABASE_URL being a pooler's) and
  * LISTEN_URL (its listenUrl, a direct connection string),
@@ -231,7 +232,24 @@ class CronTasks {
   }
 }
 
-const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [CronTasks] : [])];
+/**
+ * LIMITED=1: `limited` ({ ms }), with globalConcurrency GLOBAL_CONCURRENCY (default 2): records
+ * its start in the test's `limited_runs` table (job_id, pid, attempt, started_at, ended_at, by
+ * the server's clock_timestamp()), sleeps `ms`, then records its end.
+ */
+@Injectable()
+class LimitedTasks {
+  constructor(private readonly dataSource: DataSource) {}
+
+  @Task('limited', { globalConcurrency: Number(process.env.GLOBAL_CONCURRENCY ?? 2) })
+  async limited(payload: { ms: number }, ctx: JobContext) {
+    await this.dataSource.query('insert into limited_runs (job_id, pid, attempt, started_at) values ($1, $2, $3, clock_timestamp())', [ctx.job.id, process.pid, ctx.job.attempts]);
+    await new Promise((resolve) => setTimeout(resolve, payload.ms));
+    await this.dataSource.query('update limited_runs set ended_at = clock_timestamp() where job_id = $1 and attempt = $2', [ctx.job.id, ctx.job.attempts]);
+  }
+}
+
+const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [CronTasks] : []), ...(process.env.LIMITED === '1' ? [LimitedTasks] : [])];
 
 @Module({
   imports: [

@@ -29,6 +29,8 @@ export type JobQueueErrorCode =
   | 'JQ_REQUEST_SCOPED_TASK'
   | 'JQ_INVALID_TASK_OPTIONS'
   | 'JQ_UNKNOWN_TASK'
+  // flow control (task limits)
+  | 'JQ_INVALID_LIMIT'
   // cron
   | 'JQ_INVALID_CRON_EXPRESSION'
   | 'JQ_INVALID_TIME_ZONE'

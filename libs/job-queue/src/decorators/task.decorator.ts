@@ -28,6 +28,12 @@ export interface TaskOptions {
    * run. (River's JobCompleteTx.)
    */
   transaction?: boolean;
+  /**
+   * At most this many attempts of this task run at once across every worker of the cluster
+   * (a whole number ≥ 1; a job a worker has claimed ahead, prefetched, counts as running). Jobs
+   * over the limit wait in the table, and hold up no other task. See docs/guides/limits.md.
+   */
+  globalConcurrency?: number;
   /** Replaces the default backoff, exp(min(10, attempts)) seconds. */
   retryDelay?: RetryDelay;
   /** Cron only: payload merged into `{ _cron }` of every scheduled job. */

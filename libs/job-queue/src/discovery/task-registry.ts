@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { NestCronOptions } from './cron-metadata';
 import { checkDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
+import { checkConcurrencyLimit } from '../core/limits';
 import { validateJob } from '../core/validate-job-spec';
 import type { JobContext } from '../core/job-context';
 import type { TaskMetadata, TaskOptions } from '../decorators/task.decorator';
@@ -19,6 +20,8 @@ export interface RegisteredTask {
   cron?: NestCronOptions;
   /** The task's own `timeout`, in ms; the module's `jobTimeout` applies when it has none. */
   timeoutMs?: number;
+  /** The task's `globalConcurrency`, checked: at most this many attempts at once in the cluster. */
+  globalConcurrency?: number;
 }
 
 /**
@@ -58,6 +61,8 @@ export class TaskRegistry {
     }
     const { timeout } = meta.options;
     const timeoutMs = timeout === undefined ? undefined : checkDuration('timeout', timeout, 1, 'JQ_INVALID_TASK_OPTIONS', where);
+    const { globalConcurrency } = meta.options;
+    const limit = globalConcurrency === undefined ? undefined : checkConcurrencyLimit('globalConcurrency', globalConcurrency, where);
     const existing = this.tasks.get(meta.identifier);
     if (existing) {
       throw new JobQueueError(
@@ -72,6 +77,7 @@ export class TaskRegistry {
       location,
       cron,
       timeoutMs,
+      globalConcurrency: limit,
     });
   }
 

@@ -22,6 +22,8 @@ export interface LocalStarter {
 }
 
 /**
+ * A task with `globalConcurrency` is never started here: only its claim counts the cluster's slots.
+ *
  * Where JobQueueService.add() meets this process's worker (which sits above the service and
  * offers itself here while it runs). A job added outside any transaction, due now and in no
  * named queue, whose task this worker runs, is inserted already claimed by it when it has a

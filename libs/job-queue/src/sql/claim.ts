@@ -52,6 +52,8 @@ export function createClaimQueries(s: string) {
      * queue's head is no candidate, so the queue keeps its order; a paused task's job at a
      * queue's head is not claimable, so it holds its queue as a head of another app's task does.
      * With nothing paused, $1 is the worker's tasks and $6 empty: the same plan and cost.
+     * Tasks with a globalConcurrency leave $1 too: each is claimed by this statement with $1 its
+     * task alone and $3 its free slots, under the task's lock (sql/limits.ts).
      *
      * A job of a named queue is a candidate only as the queue's head and while no worker
      * holds the queue; the queue row is locked (created if the cleaner removed it) in the

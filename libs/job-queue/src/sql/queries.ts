@@ -22,6 +22,7 @@
  *   sql/queue-events.ts cluster-wide events: who listens, and publishing them (release, cancel)
  *   sql/steps.ts        durable steps (ctx.step): loadJobSteps, recordJobStep, readJobStep, listJobSteps
  *   sql/pauses.ts       pause, resume, listPaused (what the claims leave out: sql/claim.ts $1 and $6)
+ *   sql/limits.ts       lockTaskLimit, countHeldJobs (the claim of a task with globalConcurrency)
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
  * to finished_jobs, its errors, telling waiters), sql/queue-head.ts (a named queue's head),
@@ -36,6 +37,7 @@ import { createCountQueries } from './counts';
 import { createCronQueries } from './cron';
 import { createFlowQueries } from './flows';
 import { cancelChannel, eventsChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
+import { createLimitQueries } from './limits';
 import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
 import { createPauseQueries } from './pauses';
@@ -76,6 +78,7 @@ export function createQueries(schema: string) {
     ...createQueueEventQueries(s, channel, events),
     ...createStepQueries(s),
     ...createPauseQueries(s, channel),
+    ...createLimitQueries(s),
   };
 }
 

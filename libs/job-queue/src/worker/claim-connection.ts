@@ -65,6 +65,27 @@ export class ClaimConnection {
     }
   }
 
+  /**
+   * Runs `claim` (several statements: a limited task's claim, worker/limited-claim.ts) in one
+   * transaction on a connection with the claim settings: the kept one (begin … commit; through a
+   * pooler with the settings local to it), or one of its own on a small pool. A failure destroys
+   * the connection, which may still be in the transaction.
+   */
+  async transaction<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
+    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction(claim);
+    const client = await this.kept();
+    try {
+      if (this.pooled) return await this.transactionOn(client, claim);
+      await client.query('begin');
+      const rows = await claim(client);
+      await client.query('commit');
+      return rows;
+    } catch (error) {
+      this.drop(client, error);
+      throw error;
+    }
+  }
+
   /** The claim in a transaction with the settings local to it; a failure leaves the connection to be destroyed by the caller. */
   private async transactionOn<Row>(client: PoolClient, claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
     await client.query(`begin; ${CLAIM_LOCAL_SETTINGS}`);

@@ -26,6 +26,8 @@ export class LocalSlots extends WorkerPart implements LocalStarter {
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
     const { state, producer } = this;
     if (!state.started || state.stopping || !this.membership.isMember || !this.tasks.get(task)) return undefined;
+    // A task with globalConcurrency starts only through its own claim, which counts the slots held in the cluster.
+    if (producer.limits.limitOf(task) !== undefined) return undefined;
     // Paused (as this worker knows it), or a read of the pauses is due: the job waits in the table for a claim.
     if (!this.paused.runs(task) || this.paused.isStale) return undefined;
     if (state.prefetched.length > 0 || producer.moreMayBeWaiting || state.busySlots >= state.concurrency) return undefined;

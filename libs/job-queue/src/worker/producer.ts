@@ -2,8 +2,10 @@ import { Logger } from '@nestjs/common';
 import { backoffMs, sleep } from '../core/backoff';
 import type { Job } from '../core/job';
 import type { PausedRow } from '../control/paused-set';
+import { TaskLimits } from '../control/task-limits';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
+import { claimLimited, type ClaimArgs } from './limited-claim';
 import { maxHeld, PrefetchSizer } from './prefetch';
 import { WorkerPart, type WorkerParts } from './worker-state';
 
@@ -21,6 +23,10 @@ export class Producer extends WorkerPart {
   private readonly prefetch: PrefetchSizer;
   /** The connection claims run on (claim-connection.ts). */
   private readonly claims: ClaimConnection;
+  /** Which tasks have a globalConcurrency: claimed apart (limited-claim.ts). */
+  readonly limits: TaskLimits;
+  /** A limited task's last claim found its limit reached: the next written release (which may free a slot) wakes the fetch. */
+  private limitReached = false;
   private pollTimer?: NodeJS.Timeout;
   private retryTimer?: NodeJS.Timeout;
   private fetchChain: Promise<number> = Promise.resolve(0);
@@ -43,6 +49,7 @@ export class Producer extends WorkerPart {
     super(parts);
     this.prefetch = new PrefetchSizer(() => this.state.concurrency);
     this.claims = new ClaimConnection(() => this.db.pool, this.options.transactionPooling);
+    this.limits = new TaskLimits(this.tasks);
   }
 
   /** Polls every pollInterval, for future, retried and unnotified jobs. */
@@ -108,7 +115,7 @@ export class Producer extends WorkerPart {
 
   /** A flush was written: a fetch held back by unwritten releases has room again. */
   releaseWritten(): void {
-    if (this.heldBack) void this.wake();
+    if (this.heldBack || this.limitReached) void this.wake();
   }
 
   /**
@@ -146,8 +153,9 @@ export class Producer extends WorkerPart {
     while (!state.stopping) {
       // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
       if (paused.isStale) await paused.fresh();
-      const identifiers = paused.claimTasks(this.tasks.identifiers());
-      if (identifiers.length === 0 || state.stopping) break;
+      // Limited tasks (globalConcurrency) leave the general claim, as paused ones do, for claims of their own.
+      const { unlimited, limited } = this.limits.split(paused.claimTasks(this.tasks.identifiers()));
+      if ((unlimited.length === 0 && limited.length === 0) || state.stopping) break;
       const free = Math.max(0, state.concurrency - state.busySlots);
       // Backpressure: what this worker holds, releases not yet written included, stays under maxHeld.
       const headroom = maxHeld(state.concurrency) - (state.busySlots + state.prefetched.length + state.batcher.unwritten);
@@ -160,11 +168,18 @@ export class Producer extends WorkerPart {
         break;
       }
       const claimedAs = this.membership.workerId;
-      let rows: ClaimedRow[];
+      let rows: ClaimedRow[] = [];
+      let more = false;
       this.claiming = true;
       try {
         const forbidden = await this.forbiddenFlags();
-        rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [identifiers, forbidden, room, claimedAs, free, paused.queues]));
+        if (unlimited.length > 0) {
+          rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [unlimited, forbidden, room, claimedAs, free, paused.queues]));
+          // Fewer candidates than asked for: the table has nothing more for us right now.
+          more = rows.length > 0 && rows[0].candidate_count >= room;
+        }
+        if (limited.length === 0) this.limitReached = false;
+        else more = (await this.claimLimitedTasks(limited, rows, { forbidden, room, workerId: claimedAs, free, pausedQueues: paused.queues })) || more;
         this.claimFailures = 0;
       } catch (error) {
         // The server may have committed the claim before the reply was lost: the next
@@ -189,11 +204,34 @@ export class Producer extends WorkerPart {
       state.prefetched.push(...jobs.filter((job) => job.startedAt === null));
       this.startPrefetched();
       total += rows.length;
-      // Fewer candidates than asked for: the table has nothing more for us right now.
-      this.moreMayBeWaiting = rows.length > 0 && rows[0].candidate_count >= room;
-      if (!this.moreMayBeWaiting) break;
+      this.moreMayBeWaiting = more;
+      if (!more) break;
     }
     return total;
+  }
+
+  /**
+   * Claims each limited task's jobs (limited-claim.ts) into what the general claim left of the
+   * room, appending them to `rows`; returns whether one of them filled what it asked for
+   * within its limit (more may be waiting). Notes whether a limit was reached.
+   */
+  private async claimLimitedTasks(limited: string[], rows: ClaimedRow[], args: ClaimArgs): Promise<boolean> {
+    let more = false;
+    let reached = false;
+    for (const task of limited) {
+      const room = args.room - rows.length;
+      if (room <= 0) {
+        more = true;
+        break;
+      }
+      const free = Math.max(0, args.free - rows.length);
+      const claimed = await claimLimited(this.db, this.claims, task, this.limits.limitOf(task)!, { ...args, room, free });
+      rows.push(...claimed.rows);
+      more ||= claimed.more;
+      reached ||= claimed.capped;
+    }
+    this.limitReached = reached;
+    return more;
   }
 
   private async forbiddenFlags(): Promise<string[]> {
