@@ -233,7 +233,8 @@ class CronTasks {
 }
 
 /**
- * LIMITED=1: `limited` ({ ms }), with globalConcurrency GLOBAL_CONCURRENCY (default 2): records
+ * LIMITED=1: `limited` ({ ms }), with globalConcurrency GLOBAL_CONCURRENCY (default 2; `none`: unlimited, for a
+ * drain to compare with): records
  * its start in the test's `limited_runs` table (job_id, pid, attempt, started_at, ended_at, by
  * the server's clock_timestamp()), sleeps `ms`, then records its end.
  */
@@ -241,7 +242,7 @@ class CronTasks {
 class LimitedTasks {
   constructor(private readonly dataSource: DataSource) {}
 
-  @Task('limited', { globalConcurrency: Number(process.env.GLOBAL_CONCURRENCY ?? 2) })
+  @Task('limited', process.env.GLOBAL_CONCURRENCY === 'none' ? {} : { globalConcurrency: Number(process.env.GLOBAL_CONCURRENCY ?? 2) })
   async limited(payload: { ms: number }, ctx: JobContext) {
     await this.dataSource.query('insert into limited_runs (job_id, pid, attempt, started_at) values ($1, $2, $3, clock_timestamp())', [ctx.job.id, process.pid, ctx.job.attempts]);
     await new Promise((resolve) => setTimeout(resolve, payload.ms));

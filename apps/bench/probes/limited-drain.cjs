@@ -1,0 +1,47 @@
+// Run after `npm run build`, from the repository:
+//   DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres [PROCS=3] [GC=10|none] [MS=0] [N=3000] [ROUNDS=3] \
+//     node apps/bench/probes/limited-drain.cjs
+// A rough drain of a task with a globalConcurrency (docs/guides/limits.md) across PROCS worker
+// processes of the tests' worker app (test/support/worker-process.ts, LIMITED=1, concurrency 10,
+// pollInterval 200 ms): N `limited` jobs of MS ms each (the handler also writes a start and an end
+// row), added by addMany() in calls of 1,000 and timed, adds included, until the jobs table is
+// empty; ROUNDS rounds, each printed, then the median. GC=none runs the same handler with no limit,
+// to compare with (PROCS=1 GC=none: one unlimited worker of concurrency 10).
+const { join } = require('path');
+const support = join(__dirname, '../../../dist/test/support');
+const { startWorkerProcesses, stopWorkerProcesses } = require(join(support, 'worker-processes'));
+const { createTestDatabase, connect } = require(join(support, 'database'));
+const { createTestApp } = require(join(support, 'app'));
+
+const N = +(process.env.N || 3000);
+const ROUNDS = +(process.env.ROUNDS || 3);
+const PROCS = +(process.env.PROCS || 3);
+const GC = process.env.GC || '10';
+const MS = +(process.env.MS || 0);
+
+(async () => {
+  const db = await createTestDatabase('limited_drain');
+  const sql = await connect(db.url);
+  await sql.query('create table limited_runs (job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz)');
+  const t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: ['limited'] } });
+  const processes = await startWorkerProcesses(PROCS, { url: db.url, concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: GC } });
+  const rates = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const started = Date.now();
+    for (let i = 0; i < N; i += 1000) {
+      await t.jobs.addMany(Array.from({ length: Math.min(1000, N - i) }, () => ({ identifier: 'limited', payload: { ms: MS } })));
+    }
+    while ((await sql.query('select count(*)::int as n from job_queue.jobs')).rows[0].n > 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    rates.push(Math.round(N / ((Date.now() - started) / 1000)));
+    console.log(`PROCS=${PROCS} GC=${GC} MS=${MS} round ${round + 1}: ${rates.at(-1)} jobs/s`);
+  }
+  console.log(`median ${[...rates].sort((a, b) => a - b)[Math.floor(rates.length / 2)]} jobs/s`);
+  for (const p of processes) await p.terminate();
+  await stopWorkerProcesses();
+  await t.close();
+  await sql.end();
+  await db.drop();
+})().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
