@@ -4,7 +4,7 @@ import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
+import { explainStatement, planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 
 /** As PostgreSQL infers them when the claim connection prepares the statement. */
 const PARAMETER_TYPES = ['text[]', 'text[]', 'integer', 'text', 'integer', 'text[]'];
@@ -156,6 +156,23 @@ describe('the claim plan', () => {
         const { rows: expected } = await sql.query<{ id: string }>(`
           select id::text from job_queue.jobs where queue_name is null order by priority, run_at, id limit ${CLAIM_SIZE}`);
         assert.deepEqual(claimed, expected.map((r) => r.id), 'the unqueued jobs in order; nothing of the paused queue');
+      });
+
+      it(`counts a limited task's held jobs through jobs_locked_by_idx, never its backlog: 20,000 waiting, 50 held (${label})`, async () => {
+        await reset(statistics);
+        await sql.query(`insert into job_queue.jobs (task_identifier) select 'limited' from generate_series(1, 20000)`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, locked_by, locked_at, attempts) select 'limited', 'other-worker', now(), 1 from generate_series(1, 50)`);
+        await settle(statistics);
+        await sql.query('begin');
+        try {
+          await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
+          const { plan } = await explainStatement(sql, createQueries('job_queue').countHeldJobs, ['limited'], planMode === 'force_generic_plan');
+          const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+          assert.ok(steps.some((step) => step.on === 'jobs_locked_by_idx'), `the held jobs are read from jobs_locked_by_idx: ${JSON.stringify(steps)}`);
+          assert.ok(steps.every((step) => step.rows <= 100), `a step handled more than the held jobs: ${JSON.stringify(steps)}`);
+        } finally {
+          await sql.query('rollback');
+        }
       });
     }
   }
