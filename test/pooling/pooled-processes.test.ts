@@ -28,6 +28,7 @@ for (const mode of ['polling', 'listenUrl'] as const) {
       TRANSACTION_POOLING: '1',
       ...(mode === 'listenUrl' ? { LISTEN_URL: db.url } : {}),
       CRON: '1',
+      LIMITED: '1',
       HEARTBEAT_INTERVAL: '300',
       WORKER_TIMEOUT: '2000',
     });
@@ -38,6 +39,7 @@ for (const mode of ['polling', 'listenUrl'] as const) {
       await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
       await sql.query('create table handler_events (seq serial, job_id bigint not null, pid int not null, event text not null, code text)');
       await sql.query('create table handler_go (job_id bigint not null)');
+      await sql.query('create table limited_runs (job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz)');
       await sql.query('create table ticks (ts timestamptz not null, backfilled boolean not null, job_id bigint not null, pid int not null)');
       const url = bouncer().through(db.url);
       // booting together through the pooler, they migrate once (transaction-scoped locks, or on listenUrl)
@@ -48,7 +50,7 @@ for (const mode of ['polling', 'listenUrl'] as const) {
           worker: false,
           transactionPooling: true,
           ...(mode === 'listenUrl' ? { listenUrl: db.url } : {}),
-          externalTasks: ['record', 'scripted', 'await-cancel', 'nap'],
+          externalTasks: ['record', 'scripted', 'await-cancel', 'nap', 'limited'],
         },
       });
     });
@@ -126,6 +128,17 @@ for (const mode of ['polling', 'listenUrl'] as const) {
       ]);
       const { rows: [row] } = await sql.query('select state, last_error from job_queue.finished_jobs where id = $1', [job.id]);
       assert.deepEqual(row, { state: 'cancelled', last_error: 'JQ_JOB_CANCELLED: not needed' });
+    });
+
+    it('a task with globalConcurrency 2 (its claim a transaction of several statements through the pooler): at most 2 at once, and 2 reached', async () => {
+      const ids = (await t.jobs.addMany(Array.from({ length: 16 }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 100, n } as never })))).map((job) => job.id);
+      await waitForValue(sql, 'every limited job to end', 'select count(*)::int from limited_runs where job_id = any($1::bigint[]) and ended_at is not null', ids.length, [ids]);
+      const { rows: [most] } = await sql.query(
+        `select max((select count(*) from limited_runs o where o.job_id = any($1::bigint[]) and o.started_at <= s.started_at and o.ended_at > s.started_at))::int as n
+         from limited_runs s where s.job_id = any($1::bigint[])`,
+        [ids],
+      );
+      assert.equal(most.n, 2);
     });
 
     it('no worker reported a failed statement meanwhile (a prepared statement or a setting lost by the pooler would show here)', () => {
