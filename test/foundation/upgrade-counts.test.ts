@@ -2,21 +2,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { JobQueueMaintenance } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
-import { FLOWS_VERSION, OldWorkerProcess } from '../support/previous-version';
+import { FLOWS_VERSION, FLOWS_VERSION_MIGRATIONS, OldWorkerProcess } from '../support/previous-version';
 import { scannedJobCounts } from '../support/scanned-counts';
 import { migrationNames, NewTasks, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
 import { waitForValue } from '../support/wait';
 
-const OLD_MIGRATIONS = [
-  'CreateJobTables1763700000000',
-  'RecoveryAndQueueOrder1763800000000',
-  'JobLifecycle1763900000000',
-  'Operations1764000000000',
-  'ClaimByQueueHeads1764100000000',
-  'EventListeners1764200000000',
-  'Flows1764300000000',
-  'JobStepsAndBatches1764400000000',
-];
+const OLD_MIGRATIONS = FLOWS_VERSION_MIGRATIONS;
 const NEW_MIGRATION = 'JobCounts1764500000000';
 
 /**

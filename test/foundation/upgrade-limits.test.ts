@@ -4,19 +4,12 @@ import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp } from '../support/app';
-import { FLOWS_VERSION, OldWorkerProcess } from '../support/previous-version';
+import { FLOWS_VERSION, FLOWS_VERSION_MIGRATIONS, OldWorkerProcess } from '../support/previous-version';
 import { migrationNames, NewTasks, recordRun, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const MIGRATIONS = [
-  'CreateJobTables1763700000000',
-  'RecoveryAndQueueOrder1763800000000',
-  'JobLifecycle1763900000000',
-  'Operations1764000000000',
-  'ClaimByQueueHeads1764100000000',
-  'EventListeners1764200000000',
-  'Flows1764300000000',
-  'JobStepsAndBatches1764400000000',
+  ...FLOWS_VERSION_MIGRATIONS,
   'JobCounts1764500000000',
   'Pauses1764600000000',
   'Schedules1764700000000',

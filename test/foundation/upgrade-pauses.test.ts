@@ -1,20 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createTestApp } from '../support/app';
-import { FLOWS_VERSION, OldWorkerProcess } from '../support/previous-version';
+import { FLOWS_VERSION, FLOWS_VERSION_MIGRATIONS, OldWorkerProcess } from '../support/previous-version';
 import { migrationNames, NewTasks, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
-const OLD_MIGRATIONS = [
-  'CreateJobTables1763700000000',
-  'RecoveryAndQueueOrder1763800000000',
-  'JobLifecycle1763900000000',
-  'Operations1764000000000',
-  'ClaimByQueueHeads1764100000000',
-  'EventListeners1764200000000',
-  'Flows1764300000000',
-  'JobStepsAndBatches1764400000000',
-];
+const OLD_MIGRATIONS = FLOWS_VERSION_MIGRATIONS;
 const NEW_MIGRATIONS = ['JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
 
 /**

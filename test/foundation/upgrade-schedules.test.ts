@@ -4,21 +4,12 @@ import { Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp } from '../support/app';
-import { FLOWS_VERSION, OldWorkerProcess } from '../support/previous-version';
+import { FLOWS_VERSION, FLOWS_VERSION_MIGRATIONS, OldWorkerProcess } from '../support/previous-version';
 import { distinctTicks, tickJobs, ticksAfter } from '../support/schedule-ticks';
 import { migrationNames, NewTasks, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
-const OLD_MIGRATIONS = [
-  'CreateJobTables1763700000000',
-  'RecoveryAndQueueOrder1763800000000',
-  'JobLifecycle1763900000000',
-  'Operations1764000000000',
-  'ClaimByQueueHeads1764100000000',
-  'EventListeners1764200000000',
-  'Flows1764300000000',
-  'JobStepsAndBatches1764400000000',
-];
+const OLD_MIGRATIONS = FLOWS_VERSION_MIGRATIONS;
 const NEW_MIGRATION = 'Schedules1764700000000';
 /** The schedule both versions declare: `tick` every second, in UTC (old-worker.js: OLD_WORKER_CRON). */
 const TICK_EVERY_SECOND = '* * * * * *';

@@ -32,6 +32,17 @@ export const QUEUE_HEADS_VERSION = '6521d3b';
 export const EVENTS_VERSION = '9ca3c3e';
 /** The last commit before migration JobCounts1764500000000 (it also has Flows1764300000000 and JobStepsAndBatches1764400000000). */
 export const FLOWS_VERSION = '1572e48';
+/** The migrations FLOWS_VERSION knows, as its library lists them. */
+export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
+  'CreateJobTables1763700000000',
+  'RecoveryAndQueueOrder1763800000000',
+  'JobLifecycle1763900000000',
+  'Operations1764000000000',
+  'ClaimByQueueHeads1764100000000',
+  'EventListeners1764200000000',
+  'Flows1764300000000',
+  'JobStepsAndBatches1764400000000',
+];
 
 const root = resolve(__dirname, '..', '..', '..'); // dist/test/support → the repository
 const fixtures = join(root, 'test', 'fixtures');
