@@ -4,7 +4,7 @@ import { JobQueueMaintenance } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { FLOWS_VERSION, FLOWS_VERSION_MIGRATIONS, OldWorkerProcess } from '../support/previous-version';
 import { scannedJobCounts } from '../support/scanned-counts';
-import { migrationNames, NewTasks, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
+import { migrationNames, migrationsAfter, NewTasks, type Run, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = FLOWS_VERSION_MIGRATIONS;
@@ -47,7 +47,7 @@ describe('upgrading to migration 9 while workers of the previous version run', (
     const { logger } = warningsLogger();
     t = u.app = await createTestApp({ url: u.db.url, providers: [NewTasks], logger, jobQueue: { worker: false, externalTasks: '*' } }).finally(() => (migrating = false));
     await adder;
-    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, 'Pauses1764600000000', 'Schedules1764700000000']);
+    assert.deepEqual(await migrationNames(u.sql), [...OLD_MIGRATIONS, NEW_MIGRATION, ...migrationsAfter(NEW_MIGRATION)]);
     await waitForValue(u.sql, 'the old worker to run the jobs added during the migration', `select count(*)::int from job_queue.jobs where id = any($1::bigint[])`, 0, [racing]);
 
     const exact = async (when: string) => assert.deepEqual(await t!.jobs.countJobs(), await scannedJobCounts(u.sql), when);

@@ -4,12 +4,12 @@ import { Injectable } from '@nestjs/common';
 import { OnQueueEvent, type QueueEvent } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { OldWorkerProcess, QUEUE_HEADS_VERSION } from '../support/previous-version';
-import { assertEachRanOnce, migrationNames, NewTasks, printed, queuesHeadedBySleeps, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
+import { assertEachRanOnce, migrationNames, migrationsAfter, NewTasks, printed, queuesHeadedBySleeps, type Run, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000'];
 const NEW_MIGRATION = 'EventListeners1764200000000';
-const LATER_MIGRATIONS = ['Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
+const LATER_MIGRATIONS = migrationsAfter(NEW_MIGRATION);
 const SLEEP_MS = 3_000;
 
 const heard: QueueEvent[] = [];

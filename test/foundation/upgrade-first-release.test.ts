@@ -3,11 +3,11 @@ import { describe, it } from 'node:test';
 import type { JobQueueEvent } from '../../libs/job-queue/src';
 import { createTestApp } from '../support/app';
 import { FIRST_RELEASE, OldWorkerProcess } from '../support/previous-version';
-import { migrationNames, NewTasks, printed, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
+import { migrationNames, migrationsAfter, NewTasks, printed, type Run, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const FIRST_MIGRATIONS = ['CreateJobTables1763700000000'];
-const LATER_MIGRATIONS = ['RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000', 'EventListeners1764200000000', 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
+const LATER_MIGRATIONS = migrationsAfter(FIRST_MIGRATIONS[0]);
 /** What a worker of 0.1.0 gets as its timeout (the default of workers.timeout_ms, migration 2): it heartbeats every 10 s. */
 const FIRST_RELEASE_TIMEOUT_MS = 30_000;
 /** The new app's heartbeat (and so its maintenance rounds) and timeout: the sweeper judges itself, and orphaned locks, by 2 s. */

@@ -6,13 +6,13 @@ import { Cron } from '@nestjs/schedule';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { LIFECYCLE_VERSION, OldWorkerProcess } from '../support/previous-version';
-import { assertEachRanOnce, migrationNames, NewTasks, printed, queuesHeadedBySleeps, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
+import { assertEachRanOnce, migrationNames, migrationsAfter, NewTasks, printed, queuesHeadedBySleeps, type Run, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000'];
 const NEW_MIGRATION = 'Operations1764000000000';
 /** Migrations after it, which the new code runs too. */
-const LATER_MIGRATIONS = ['ClaimByQueueHeads1764100000000', 'EventListeners1764200000000', 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
+const LATER_MIGRATIONS = migrationsAfter(NEW_MIGRATION);
 /** The old worker's `sleep` jobs heading two queues: they outlast the new app's boot and migration. */
 const SLEEP_MS = 4_000;
 const STAGGER_MS = 30;

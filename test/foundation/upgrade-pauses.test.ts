@@ -2,11 +2,11 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createTestApp } from '../support/app';
 import { FLOWS_VERSION, FLOWS_VERSION_MIGRATIONS, OldWorkerProcess } from '../support/previous-version';
-import { migrationNames, NewTasks, upgradeSetup, warningsLogger, type Run } from '../support/upgrade';
+import { migrationNames, migrationsAfter, NewTasks, type Run, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const OLD_MIGRATIONS = FLOWS_VERSION_MIGRATIONS;
-const NEW_MIGRATIONS = ['JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
+const NEW_MIGRATIONS = migrationsAfter(OLD_MIGRATIONS[OLD_MIGRATIONS.length - 1]);
 
 /**
  * A rolling deploy of the release with pauses (migration 10, a `pauses` table) beside a worker

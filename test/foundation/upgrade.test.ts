@@ -4,13 +4,13 @@ import type { Client } from 'pg';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { installPreviousVersion, OldWorkerProcess, PREVIOUS_VERSION, stopOldWorkers, type PreviousVersionApp } from '../support/previous-version';
-import { createRunsTable, migrationNames, NewTasks, printed, range, sortIds, warningsLogger, type Run } from '../support/upgrade';
+import { createRunsTable, migrationNames, migrationsAfter, NewTasks, printed, range, type Run, sortIds, warningsLogger } from '../support/upgrade';
 import { waitFor, waitForValue } from '../support/wait';
 
 const OLD_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000'];
 const NEW_MIGRATION = 'JobLifecycle1763900000000';
 /** The migration after it, which this test applies too (upgrade-operations.test.ts tests its own upgrade). */
-const LATER_MIGRATIONS = ['Operations1764000000000', 'ClaimByQueueHeads1764100000000', 'EventListeners1764200000000', 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
+const LATER_MIGRATIONS = migrationsAfter(NEW_MIGRATION);
 /** How long the old worker's two `sleep` jobs run: they must outlast the new app's boot and migration. */
 const SLEEP_MS = 4_000;
 /** The unnamed `record` jobs added before the upgrade come due one by one over this long, so that both versions run them. */

@@ -4,7 +4,7 @@ import { after, afterEach, before } from 'node:test';
 import { Injectable, type LoggerService } from '@nestjs/common';
 import type { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import { Task, type JobContext } from '../../libs/job-queue/src';
+import { createJobQueueMigrations, Task, type JobContext } from '../../libs/job-queue/src';
 import { connect, createTestDatabase } from './database';
 import type { TestApp } from './app';
 import { installPreviousVersion, stopOldWorkers, type OldWorkerProcess, type PreviousVersionApp } from './previous-version';
@@ -66,6 +66,17 @@ export async function createRunsTable(sql: Client): Promise<void> {
     n bigint generated always as identity primary key,
     job_id bigint not null, pid int not null, attempt int not null, task text not null, payload jsonb,
     at timestamptz not null default clock_timestamp())`);
+}
+
+/**
+ * This version's migrations after `name`, in order: what an upgrade test expects applied besides
+ * the migrations it is about, so that a new migration changes no upgrade test's list.
+ */
+export function migrationsAfter(name: string): string[] {
+  const names = createJobQueueMigrations().map((Migration) => (new Migration() as { name: string }).name);
+  const at = names.indexOf(name);
+  assert.ok(at >= 0, `no migration ${name}`);
+  return names.slice(at + 1);
 }
 
 export async function migrationNames(sql: Client): Promise<string[]> {
