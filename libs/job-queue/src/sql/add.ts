@@ -6,6 +6,7 @@
 
 import { DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY } from '../core/job-defaults';
 import { epochMicroseconds } from './epoch-microseconds';
+import { advisoryLockClass } from './identifier';
 import { jobColumns } from './job-columns';
 
 /**
@@ -125,7 +126,7 @@ export function createAddQueries(s: string, channel: string) {
       select s.isolation
       from (select current_setting('transaction_isolation') as isolation) s
       left join lateral (
-        select k.hash, pg_advisory_xact_lock(hashtext('${s.replace(/'/g, "''")}:job_key'), k.hash)::text as held
+        select k.hash, pg_advisory_xact_lock(${advisoryLockClass(s, 'job_key')}, k.hash)::text as held
         from (select distinct hashtext(key) as hash from unnest($1::text[]) key order by 1 offset 0) k
         where s.isolation = 'read committed'
       ) l on true

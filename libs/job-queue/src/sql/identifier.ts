@@ -22,3 +22,12 @@ export function cancelChannel(schema: string): string {
 export function eventsChannel(schema: string): string {
   return `${schema}:events`;
 }
+
+/**
+ * The first key of a two-int advisory lock taken for `purpose` in the schema quoted `s` (the
+ * second is the hash of what is locked): each purpose a key space of its own, apart from the
+ * library's other advisory locks.
+ */
+export function advisoryLockClass(s: string, purpose: string): string {
+  return `hashtext('${s.replace(/'/g, "''")}:${purpose}')`;
+}

@@ -12,8 +12,11 @@
  * rescue of a dead worker's jobs, a give-back, a cancel) frees its slot with no counter to keep.
  * `s` is the quoted schema.
  */
+
+import { advisoryLockClass } from './identifier';
+
 export function createLimitQueries(s: string) {
-  const lockClass = `hashtext('${s.replace(/'/g, "''")}:task_limit')`;
+  const lockClass = advisoryLockClass(s, 'task_limit');
   return {
     /** $1 task: the task's limit lock (two-int key: class, hash of the task) until the transaction ends. */
     lockTaskLimit: `select pg_advisory_xact_lock(${lockClass}, hashtext($1::text))::text as locked`,

@@ -25,6 +25,12 @@ import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
  */
 const CLAIM_SETTINGS = { synchronous_commit: 'off', enable_bitmapscan: 'off', enable_sort: 'off', enable_incremental_sort: 'off', enable_seqscan: 'off', jit: 'off', plan_cache_mode: 'force_generic_plan' };
 export const CLAIM_SESSION_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) => `set ${name} = ${value}`).join('; ');
+/**
+ * How claims' transactions begin: READ COMMITTED whatever the server's default, since a limited
+ * claim (worker/limited-claim.ts) counts after waiting for a lock, and at a stricter level its
+ * count would see the snapshot taken before the wait.
+ */
+const BEGIN = 'begin isolation level read committed';
 const CLAIM_LOCAL_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) => `set local ${name} = ${value}`).join('; ');
 
 /** The application_name of a worker's claim connection, as pg_stat_activity shows it: with the process id. */
@@ -76,7 +82,7 @@ export class ClaimConnection {
     const client = await this.kept();
     try {
       if (this.pooled) return await this.transactionOn(client, claim);
-      await client.query('begin');
+      await client.query(BEGIN);
       const rows = await claim(client);
       await client.query('commit');
       return rows;
@@ -88,7 +94,7 @@ export class ClaimConnection {
 
   /** The claim in a transaction with the settings local to it; a failure leaves the connection to be destroyed by the caller. */
   private async transactionOn<Row>(client: PoolClient, claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
-    await client.query(`begin; ${CLAIM_LOCAL_SETTINGS}`);
+    await client.query(`${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`);
     const rows = await claim(client);
     await client.query('commit');
     return rows;

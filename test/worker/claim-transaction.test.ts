@@ -1,0 +1,44 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Pool } from 'pg';
+import { ClaimConnection } from '../../libs/job-queue/src/worker/claim-connection';
+import { connect, createTestDatabase } from '../support/database';
+
+/**
+ * A limited claim (worker/limited-claim.ts) counts a task's held jobs after waiting for the
+ * task's lock: at REPEATABLE READ that count would read the snapshot taken before the wait, and
+ * the limit could be exceeded. So a claim's transaction is READ COMMITTED whatever the
+ * database's default, on each of ClaimConnection's paths: the kept connection, the one through a
+ * pooler (settings local to the transaction), and a small pool's connection of its own.
+ */
+describe('claim transactions', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  const pools: Pool[] = [];
+
+  before(async () => {
+    db = await createTestDatabase('claim_tx');
+    const sql = await connect(db.url);
+    await sql.query(`alter database "${db.name}" set default_transaction_isolation = 'repeatable read'`);
+    await sql.end();
+  });
+  after(async () => {
+    await Promise.all(pools.map((pool) => pool.end()));
+    await db.drop();
+  });
+
+  it('are READ COMMITTED on a database whose default is REPEATABLE READ, on every path', async () => {
+    const isolation = async (max: number, pooled: boolean) => {
+      const pool = new Pool({ connectionString: db.url, max });
+      pools.push(pool);
+      const claims = new ClaimConnection(() => pool, pooled);
+      const [row] = await claims.transaction(async (client) => (await client.query(`select current_setting('transaction_isolation') as level`)).rows);
+      const [{ level }] = (await pool.query(`select current_setting('transaction_isolation') as level`)).rows;
+      await claims.close();
+      return [row.level, level];
+    };
+    // [in the claim's transaction, the database's default]
+    assert.deepEqual(await isolation(10, false), ['read committed', 'repeatable read'], 'the kept connection');
+    assert.deepEqual(await isolation(10, true), ['read committed', 'repeatable read'], 'through a pooler');
+    assert.deepEqual(await isolation(2, false), ['read committed', 'repeatable read'], 'a small pool');
+  });
+});
