@@ -27,6 +27,8 @@ export class Producer extends WorkerPart {
   readonly limits: TaskLimits;
   /** A limited task's last claim found its limit reached: the next written release (which may free a slot) wakes the fetch. */
   private limitReached = false;
+  /** The last claim round claimed the limited tasks before the others (they take turns). */
+  private limitedFirst = false;
   private pollTimer?: NodeJS.Timeout;
   private retryTimer?: NodeJS.Timeout;
   private fetchChain: Promise<number> = Promise.resolve(0);
@@ -172,14 +174,14 @@ export class Producer extends WorkerPart {
       let more = false;
       this.claiming = true;
       try {
-        const forbidden = await this.forbiddenFlags();
-        if (unlimited.length > 0) {
-          rows = await this.claims.run((client) => this.db.runOn(client, 'claimJobs', [unlimited, forbidden, room, claimedAs, free, paused.queues]));
-          // Fewer candidates than asked for: the table has nothing more for us right now.
-          more = rows.length > 0 && rows[0].candidate_count >= room;
-        }
+        const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: paused.queues };
+        // Whichever claim goes first may fill the room: with both kinds of task, they take
+        // turns at going first, so that neither starves while the other keeps the slots full.
+        this.limitedFirst = limited.length > 0 && unlimited.length > 0 && !this.limitedFirst;
+        if (this.limitedFirst) more = await this.claimLimitedTasks(limited, rows, args);
+        more = (await this.claimUnlimited(unlimited, rows, args)) || more;
         if (limited.length === 0) this.limitReached = false;
-        else more = (await this.claimLimitedTasks(limited, rows, { forbidden, room, workerId: claimedAs, free, pausedQueues: paused.queues })) || more;
+        else if (!this.limitedFirst) more = (await this.claimLimitedTasks(limited, rows, args)) || more;
         this.claimFailures = 0;
       } catch (error) {
         // The server may have committed the claim before the reply was lost: the next
@@ -208,6 +210,18 @@ export class Producer extends WorkerPart {
       if (!more) break;
     }
     return total;
+  }
+
+  /** The general claim (sql claimJobs) of the tasks without a limit, into what is left of the room, appended to `rows`; returns whether it filled what it asked for. */
+  private async claimUnlimited(unlimited: string[], rows: ClaimedRow[], args: ClaimArgs): Promise<boolean> {
+    const room = args.room - rows.length;
+    if (unlimited.length === 0) return false;
+    if (room <= 0) return true;
+    const free = Math.max(0, args.free - rows.length);
+    const claimed = await this.claims.run((client) => this.db.runOn<ClaimedRow>(client, 'claimJobs', [unlimited, args.forbidden, room, args.workerId, free, args.pausedQueues]));
+    rows.push(...claimed);
+    // Fewer candidates than asked for: the table has nothing more for us right now.
+    return claimed.length > 0 && claimed[0].candidate_count >= room;
   }
 
   /**
