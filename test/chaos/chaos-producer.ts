@@ -88,7 +88,8 @@ async function mixedLoop(name: string, random: Random, dataSource: DataSource, q
     const key = `${name}-${n}`;
     const kind = random.weighted({ plain: 35, queued: 20, slow: 4, cancellable: 10, limited: 15, diamond: 4, chain: 4 });
     const rollBack = random.chance(0.2);
-    const ms = random.int(0, 40);
+    // a tenth are long, so that a frozen worker's stale run can still be going when its job runs again elsewhere
+    const ms = random.chance(0.1) ? random.int(500, 2500) : random.int(0, 40);
     await transaction(dataSource, rollBack, async (manager) => {
       switch (kind) {
         case 'plain': {
