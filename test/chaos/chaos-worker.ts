@@ -112,7 +112,7 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
       extra: { application_name: process.env.APP_NAME, max: 10 },
     }),
     JobQueueModule.forRoot({
-      concurrency: 4,
+      concurrency: 8,
       pollInterval: 200,
       heartbeatInterval: HEARTBEAT_MS,
       workerTimeout: WORKER_TIMEOUT_MS,

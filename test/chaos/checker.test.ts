@@ -101,4 +101,24 @@ describe('the chaos checker', () => {
     await attempt('tick:2026-11-27T00:00:02.000Z', 'tick', 100, 2000, 2010, { jobId: 2 });
     assert.match((await check('cron')).violations.join('\n'), /tick 2026-11-27T00:00:01.000Z never ran/);
   });
+
+  it('a job meant to succeed that failed is a violation, unless faults took some of its attempts', async () => {
+    const failed = async (id: number, key: string, errors: Array<{ message: string; code: string | null }>) => {
+      await sql.query(`insert into chaos.produced (key, kind, job_id, expect) values ($1, 'plain', $2, 'completed')`, [key, id]);
+      await sql.query(
+        `insert into job_queue.finished_jobs (id, task_identifier, payload, priority, run_at, attempts, max_attempts, flags, state, errors, created_at)
+         values ($1, 'chaos.plain', '{}', 0, now(), 3, 3, '{}', 'failed', $2, now())`,
+        [id, JSON.stringify(errors.map((e, i) => ({ at: new Date().toISOString(), attempt: i + 1, ...e })))],
+      );
+    };
+    await failed(7, 'own', [1, 2, 3].map((n) => ({ message: `attempt ${n} fails on purpose`, code: null })));
+    await failed(8, 'lost', [
+      { message: 'attempt 1 fails on purpose', code: null },
+      { message: 'worker lost', code: 'JQ_WORKER_LOST' },
+      { message: 'attempt 3 fails on purpose', code: null },
+    ]);
+    const ended = await check('every committed job ended');
+    assert.deepEqual(ended.violations, ['own (plain) ended failed, expected completed']);
+    assert.match(ended.counts, /attempts lost to faults: JQ_WORKER_LOST 1/);
+  });
 });

@@ -91,7 +91,7 @@ async function main(): Promise<number> {
         await check.query('insert into chaos.faults (kind, pid, started_at, ended_at, detail) values ($1, $2, $3, $4, $5)', [f.kind, f.pid, f.startedAt, f.endedAt, f.detail ?? null]);
       }
       const stats = /^stats (.*)$/m.exec(producer.output)?.[1];
-      const checks = await new Checker(check, injector.faults, crashes, stats ? JSON.parse(stats).errors : undefined).run();
+      const checks = await new Checker(check, injector.faults, crashes, stats ? JSON.parse(stats).errors : undefined, runMs >= 100_000).run();
       const faultCounts = FAULT_KINDS.map((kind) => `${kind} ${injector.faults.filter((f) => f.kind === kind).length}`).join(', ');
       console.log(`\nchaos seed ${seed}, ${runMs / 1000} s; faults: ${faultCounts}`);
       if (process.env.CHAOS_VERBOSE) for (const f of injector.faults) console.log(`fault ${f.kind} pid ${f.pid} ${f.startedAt.toISOString()} → ${f.endedAt.toISOString()} ${f.detail ?? ''}`);
@@ -123,6 +123,14 @@ async function printDiagnostics(sql: Client, workers: ChaosProcess[]): Promise<v
   console.log('\n--- unfinished jobs:');
   console.table(jobs.rows);
   console.table((await sql.query('select * from job_queue.workers')).rows);
+  // how the named queues moved: their attempts, how long each ran, and the gap before the next one started
+  const queues = await sql.query(
+    `select queue_name, count(*)::int as attempts, round(avg(extract(epoch from ended_at - started_at) * 1000)) as run_ms,
+            round(avg(gap_ms)) as gap_ms, round(max(gap_ms)) as max_gap_ms
+     from (select *, extract(epoch from started_at - lag(ended_at) over (partition by queue_name order by started_at)) * 1000 as gap_ms
+           from chaos.attempts where kind = 'queued') a group by 1 order by 1`,
+  );
+  console.table(queues.rows);
   console.table((await sql.query('select * from job_queue.job_queues')).rows);
 }
 
