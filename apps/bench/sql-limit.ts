@@ -4,6 +4,8 @@ import { JobQueueMigrations, runJobQueueMigrations } from '../../libs/job-queue/
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
+import { claimOf } from '../../libs/job-queue/src/core/claim-token';
+import { toClaimedJob, type ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
 import type { BenchConfig } from './config';
 import { insertJobs, SCHEMA, TASK } from './jobs-table';
 import { perSecond, type Progress } from './suite';
@@ -66,13 +68,14 @@ async function claimCompleteLoop(claimClient: Client, client: Client, workerId: 
   await client.query({ name: 'bench_register', text: sql.registerWorker, values: [workerId, 20_000, null, null, null] });
   let done = 0;
   for (;;) {
-    const claimed = await claimClient.query<{ id: string }>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize, []] });
+    const claimed = await claimClient.query<ClaimedRow>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize, []] });
     if (claimed.rows.length === 0) return done;
     // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
+    const claims = new Map(claimed.rows.map((row) => [row.id, claimOf(toClaimedJob(row, workerId))]));
     let ids = claimed.rows.map((row) => row.id);
     while (ids.length > 0) {
       // keep completed jobs: true, as a worker with the default retention passes
-      const values = releaseParameters(workerId, { completed: ids.map((id) => ({ id, result: null })), failed: [], started: [], progress: new Map() }, true);
+      const values = releaseParameters(workerId, { completed: ids.map((id) => ({ id, claim: claims.get(id)!, result: null })), failed: [], started: [], progress: new Map(), claims: new Map() }, true);
       const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values }); // prepared, as the worker runs it
       const { released: count, busy } = released.rows[0];
       if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);

@@ -109,7 +109,8 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
       type: 'postgres',
       url: process.env.DATABASE_URL,
       retryAttempts: 0,
-      extra: { application_name: process.env.APP_NAME, max: 10 },
+      // a transactional handler holds its transaction's connection and takes a second for its ledger rows: 2 × 8 + the queue's 3
+      extra: { application_name: process.env.APP_NAME, max: 20 },
     }),
     JobQueueModule.forRoot({
       concurrency: 8,
@@ -126,7 +127,16 @@ class ChaosWorkerModule {}
 async function main() {
   const app = await NestFactory.createApplicationContext(ChaosWorkerModule, { logger: ['error', 'warn'] });
   app.enableShutdownHooks();
-  console.log(`ready ${app.get(JobQueueWorker).workerId}`);
+  const worker = app.get(JobQueueWorker);
+  const dataSource = app.get(DataSource);
+  // fences and rescues, for the checker to tell what made a job run twice (printed too, should the insert fail)
+  worker.events$.subscribe((event) => {
+    if (event.type !== 'worker:fenced' && event.type !== 'job:rescued') return;
+    const jobId = event.type === 'job:rescued' ? event.jobId : null;
+    console.log(`event ${event.type} ${jobId ?? ''} at ${new Date().toISOString()}`);
+    dataSource.query('insert into chaos.worker_events (pid, type, job_id) values ($1, $2, $3)', [process.pid, event.type, jobId]).catch(() => undefined);
+  });
+  console.log(`ready ${worker.workerId}`);
 }
 
 main().catch((error) => {

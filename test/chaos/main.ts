@@ -94,13 +94,14 @@ async function main(): Promise<number> {
       const checks = await new Checker(check, injector.faults, crashes, stats ? JSON.parse(stats).errors : undefined, runMs >= 100_000).run();
       const faultCounts = FAULT_KINDS.map((kind) => `${kind} ${injector.faults.filter((f) => f.kind === kind).length}`).join(', ');
       console.log(`\nchaos seed ${seed}, ${runMs / 1000} s; faults: ${faultCounts}`);
-      if (process.env.CHAOS_VERBOSE) for (const f of injector.faults) console.log(`fault ${f.kind} pid ${f.pid} ${f.startedAt.toISOString()} → ${f.endedAt.toISOString()} ${f.detail ?? ''}`);
+      const failedChecks = checks.some((c) => c.violations.length > 0);
+      if (failedChecks || process.env.CHAOS_VERBOSE) for (const f of injector.faults) console.log(`fault ${f.kind} pid ${f.pid} ${f.startedAt.toISOString()} → ${f.endedAt.toISOString()} ${f.detail ?? ''}`);
       for (const c of checks) {
         console.log(`${c.violations.length === 0 ? 'ok  ' : 'FAIL'} ${c.name}: ${c.counts}${c.violations.length ? `; ${c.violations.length} violations` : ''}`);
         for (const v of c.violations.slice(0, 10)) console.log(`       ${v}`);
       }
       const failed = checks.filter((c) => c.violations.length > 0).length;
-      if (failed > 0) await printDiagnostics(check, workers);
+      if (failed > 0) await printDiagnostics(check, workers, checks.flatMap((c) => c.violations));
       console.log(failed === 0 ? `chaos: every invariant held (seed ${seed})` : `chaos: ${failed} invariants violated (seed ${seed}; replay with CHAOS_SEED=${seed})`);
       return failed === 0 ? 0 : 1;
     } finally {
@@ -114,7 +115,18 @@ async function main(): Promise<number> {
 }
 
 /** After a violation: what the workers printed last, and where the unfinished jobs are. */
-async function printDiagnostics(sql: Client, workers: ChaosProcess[]): Promise<void> {
+async function printDiagnostics(sql: Client, workers: ChaosProcess[], violations: string[]): Promise<void> {
+  // the story of the first jobs named in violations: their attempts, their end, what the workers said of them
+  const keys = [...new Set(violations.join(' ').match(/\b(p\d-\d+(:[a-d])?|keyed-\d+)\b/g) ?? [])].slice(0, 4);
+  for (const key of keys) {
+    console.log(`\n--- ${key}:`);
+    console.table((await sql.query('select id, job_id, pid, attempt, started_at, ended_at, outcome, (select at from chaos.effects e where e.attempt_id = a.id) as effect_at from chaos.attempts a where key = $1 order by id', [key])).rows);
+    const jobIds = (await sql.query('select job_id from chaos.produced where key = $1', [key])).rows.map((r) => r.job_id);
+    console.log(JSON.stringify((await sql.query('select id, state, attempts, errors, worker_id from job_queue.finished_jobs where id = any($1)', [jobIds])).rows));
+    console.table((await sql.query('select * from chaos.worker_events where job_id = any($1)', [jobIds])).rows);
+  }
+  console.log('\n--- fences and rescues:');
+  console.table((await sql.query(`select pid, type, count(*)::int as n, min(at) as first, max(at) as last from chaos.worker_events group by 1, 2 order by 4`)).rows);
   for (const w of workers) console.log(`\n--- ${w.name} (pid ${w.pid}), its last output:\n${w.output.slice(-4000)}`);
   const jobs = await sql.query(
     `select task_identifier, queue_name is not null as queued, locked_by, attempts, run_at <= now() as due, is_available, count(*)::int as n

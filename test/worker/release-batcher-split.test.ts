@@ -37,11 +37,11 @@ describe('a release batcher splitting large results over flushes', () => {
     const errors: unknown[] = [];
     const r = recorder(() => batcher);
     batcher = new ReleaseBatcher(r.write, (error) => errors.push(error));
-    batcher.markStarted('s1');
-    batcher.reportProgress('p1', '{"n":1}');
-    batcher.reportProgress('j1', '{"n":1}'); // j1 finishes later: its progress rides on its release
-    for (const id of ['j1', 'j2', 'j3']) batcher.complete({ id, result: big });
-    batcher.fail({ id: 'f1', error: 'boom', code: null, delayMs: 0 });
+    batcher.markStarted('s1', 'c');
+    batcher.reportProgress('p1', '{"n":1}', 'c');
+    batcher.reportProgress('j1', '{"n":1}', 'c'); // j1 finishes later: its progress rides on its release
+    for (const id of ['j1', 'j2', 'j3']) batcher.complete({ id, claim: 'c', result: big });
+    batcher.fail({ id: 'f1', claim: 'c', error: 'boom', code: null, delayMs: 0 });
     await batcher.flush();
     assert.equal(r.batches.length, 1, 'flush() wrote one flush');
     assert.deepEqual(r.batches[0].completed.map((c) => c.id), ['j1']);
@@ -62,7 +62,7 @@ describe('a release batcher splitting large results over flushes', () => {
     let batcher!: ReleaseBatcher;
     const r = recorder(() => batcher, new Set(['j1', 'j2']));
     batcher = new ReleaseBatcher(r.write, () => {});
-    for (const id of ['j1', 'j2', 'j3', 'j4']) batcher.complete({ id, result: big });
+    for (const id of ['j1', 'j2', 'j3', 'j4']) batcher.complete({ id, claim: 'c', result: big });
     await batcher.stop();
     assert.deepEqual([...r.written].sort(), ['j1', 'j2', 'j3', 'j4']);
     assert.equal(new Set(r.written).size, r.written.length, `written once each: ${r.written}`);

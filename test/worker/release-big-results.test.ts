@@ -6,6 +6,7 @@ import { JobQueueDatabase } from '../../libs/job-queue/src/db/job-queue-database
 import { DEFAULT_MAX_JSON_BYTES, MAX_JSON_BYTES_LIMIT, toJsonText } from '../../libs/job-queue/src/core/json';
 import { ReleaseBatcher } from '../../libs/job-queue/src/worker/release-batcher';
 import { writeReleases } from '../../libs/job-queue/src/worker/release-parameters';
+import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
 import { errorMessage, MAX_ERROR_MESSAGE_CHARS } from '../../libs/job-queue/src/core/job-outcome';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 
@@ -29,9 +30,9 @@ describe('a release of many large results', () => {
 
   it('writes 280 results of almost maxJsonBytes each, finished at once, and long error messages cut', async () => {
     await sql.query(`insert into job_queue.workers (id) values ('big-worker')`);
-    const { rows } = await sql.query<{ id: string }>(`
+    const { rows } = await sql.query<{ id: string; claim: string }>(`
       insert into job_queue.jobs (task_identifier, locked_at, locked_by, started_at, attempts)
-      select 'work', now(), 'big-worker', now(), 1 from generate_series(1, 290) returning id`);
+      select 'work', now(), 'big-worker', now(), 1 from generate_series(1, 290) returning id, ${claimTokenOf('jobs')} as claim`);
     const database = t.app.get(JobQueueDatabase);
     const errors: unknown[] = [];
     let flushes = 0;
@@ -44,8 +45,8 @@ describe('a release of many large results', () => {
       (error) => errors.push(error),
     );
     const result = JSON.stringify('x'.repeat(DEFAULT_MAX_JSON_BYTES - 16)); // what toJsonText lets through
-    for (const { id } of rows.slice(0, 280)) batcher.complete({ id, result });
-    for (const { id } of rows.slice(280)) batcher.fail({ id, error: errorMessage(new Error('y'.repeat(10_000_000))), code: null, delayMs: 0 });
+    for (const { id, claim } of rows.slice(0, 280)) batcher.complete({ id, claim, result });
+    for (const { id, claim } of rows.slice(280)) batcher.fail({ id, claim, error: errorMessage(new Error('y'.repeat(10_000_000))), code: null, delayMs: 0 });
     await batcher.stop();
 
     assert.deepEqual(errors, [], 'no flush failed');
@@ -58,10 +59,10 @@ describe('a release of many large results', () => {
 
   it('writes a result as large as the largest maxJsonBytes allows, of the JSON that takes the most jsonb (small numbers)', async () => {
     await sql.query(`insert into job_queue.workers (id) values ('huge-worker')`);
-    const { rows } = await sql.query<{ id: string }>(`
+    const { rows } = await sql.query<{ id: string; claim: string }>(`
       insert into job_queue.jobs (task_identifier, locked_at, locked_by, started_at, attempts)
-      values ('work', now(), 'huge-worker', now(), 1) returning id`);
-    const [{ id }] = rows;
+      values ('work', now(), 'huge-worker', now(), 1) returning id, ${claimTokenOf('jobs')} as claim`);
+    const [{ id, claim }] = rows;
     const database = t.app.get(JobQueueDatabase);
     assert.equal(t.app.get<ResolvedJobQueueOptions>(JOB_QUEUE_OPTIONS).maxJsonBytes, MAX_JSON_BYTES_LIMIT, 'the app starts with the largest maxJsonBytes');
     // [1,1,…,1]: 2 characters a number, each number about 12 bytes of jsonb (6 a character, the most there is)
@@ -70,7 +71,7 @@ describe('a release of many large results', () => {
     assert.equal(result.length, MAX_JSON_BYTES_LIMIT - 1, 'just under the limit, and let through');
     const errors: unknown[] = [];
     const batcher = new ReleaseBatcher(writeReleases(database, 'huge-worker', true, () => null), (error) => errors.push(error));
-    batcher.complete({ id, result });
+    batcher.complete({ id, claim, result });
     await batcher.stop();
 
     assert.deepEqual(errors, [], 'the flush was written the first time');

@@ -2,12 +2,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
+import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
 import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 
 /** As PostgreSQL infers them when the pool prepares the statement with untyped parameters. */
-const PARAMETER_TYPES = ['text', 'bigint[]', 'jsonb', 'bigint[]', 'jsonb', 'bigint[]', 'bigint[]', 'jsonb', 'boolean'];
+const PARAMETER_TYPES = ['text', 'bigint[]', 'jsonb', 'bigint[]', 'jsonb', 'bigint[]', 'bigint[]', 'jsonb', 'boolean', 'jsonb', 'jsonb'];
 
 /**
  * releaseJobs runs prepared, so after five runs PostgreSQL may keep one generic plan for it,
@@ -34,9 +35,10 @@ describe('the release as a generic plan', () => {
     await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.workers, job_queue.job_steps cascade');
     if (statistics === 'say empty') await statisticsSayJobsIsEmpty(sql);
     await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
-    const { rows: held } = await sql.query<{ id: string }>(`
+    const { rows: held } = await sql.query<{ id: string; claim: string }>(`
       insert into job_queue.jobs (task_identifier, locked_at, locked_by, attempts, key)
-      select 'work', now(), 'plan-worker', 1, case when g % 4 = 0 then 'plan-key-' || g end from generate_series(1, 5000) g returning id`);
+      select 'work', now(), 'plan-worker', 1, case when g % 4 = 0 then 'plan-key-' || g end from generate_series(1, 5000) g
+      returning id, ${claimTokenOf('jobs')} as claim`);
     await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 20000)`);
     // Completions not kept delete their durable steps: every job has two.
     if (!keepCompleted) recordedSteps = (await sql.query(`insert into job_queue.job_steps (job_id, name) select id, s from job_queue.jobs, unnest('{one,two}'::text[]) s`)).rowCount!;
@@ -46,6 +48,7 @@ describe('the release as a generic plan', () => {
     else assert.ok(stats[0].reltuples > 20000, JSON.stringify(stats[0]));
 
     const ids = held.map((r) => r.id);
+    const claims = new Map(held.map((r) => [r.id, r.claim]));
     const completed = ids.slice(0, 250);
     const started = ids.slice(250, 500);
     const failed = ids.slice(500, 600);
@@ -54,10 +57,11 @@ describe('the release as a generic plan', () => {
     await sql.query(`prepare release(${PARAMETER_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`);
     try {
       const batch = {
-        completed: completed.map((id) => ({ id, result: '{"sent":true}' })),
-        failed: failed.map((id) => ({ id, error: 'mail server down', code: 'ECONNREFUSED', delayMs: 60_000 })),
+        completed: completed.map((id) => ({ id, claim: claims.get(id)!, result: '{"sent":true}' })),
+        failed: failed.map((id) => ({ id, claim: claims.get(id)!, error: 'mail server down', code: 'ECONNREFUSED', delayMs: 60_000 })),
         started,
         progress: new Map(started.slice(0, 50).map((id) => [id, '{"sent":3}'])),
+        claims: new Map(started.map((id) => [id, claims.get(id)!])),
       };
       // EXPLAIN EXECUTE takes no bind parameters: the values go in as literals.
       const literal = (value: unknown) => (Array.isArray(value) ? `'{${value.join(',')}}'` : typeof value === 'string' ? sql.escapeLiteral(value) : String(value));

@@ -7,6 +7,7 @@
  */
 
 import { cancelledError, keepFinished, tellFinished, withError } from './finished';
+import { epochMicroseconds } from './epoch-microseconds';
 import { epochMs, eventResult, eventText, publishEvents, queueEvent, wantsEvent } from './queue-events';
 
 /**
@@ -16,6 +17,11 @@ import { epochMs, eventResult, eventText, publishEvents, queueEvent, wantsEvent 
  * from jobs_locked_by_idx in a generic plan and walked all the worker held once per id.
  */
 const heldBy = (j: string, worker: string) => `${j}.locked_by is not distinct from ${worker}::text`;
+/** Row `j` is still held under the claim a release names for it ($11: a jsonb object of ClaimTokens by id, core/claim-token.ts). */
+const heldUnder = (j: string, worker: string) => `${heldBy(j, worker)} and ${claimTokenOf(j)} = $11::jsonb ->> ${j}.id::text`;
+
+/** SQL: row `j`'s ClaimToken (core/claim-token.ts): its locked_at in whole epoch microseconds, as the claim returned it. */
+export const claimTokenOf = (j: string) => `${epochMicroseconds(`${j}.locked_at`)}::text`;
 
 /** A field of the failure releaseJobs was given for row `j` ($5, by id), as text. */
 const failure = (j: string, field: 'message' | 'code' | 'delay_ms') => `($5::jsonb -> ${j}.id::text ->> '${field}')`;
@@ -87,13 +93,13 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
      */
     releaseJobs: `
       with mine as materialized (
-        select j.id, j.key, 'completed' as part from ${s}.jobs j where j.id = any($2::bigint[]) and ${heldBy('j', '$1')}
+        select j.id, j.key, 'completed' as part from ${s}.jobs j where j.id = any($2::bigint[]) and ${heldUnder('j', '$1')}
         union all
-        select j.id, j.key, 'failed' from ${s}.jobs j where j.id = any($4::bigint[]) and ${heldBy('j', '$1')}
+        select j.id, j.key, 'failed' from ${s}.jobs j where j.id = any($4::bigint[]) and ${heldUnder('j', '$1')}
         union all
-        select j.id, j.key, 'started' from ${s}.jobs j where j.id = any($6::bigint[]) and ${heldBy('j', '$1')}
+        select j.id, j.key, 'started' from ${s}.jobs j where j.id = any($6::bigint[]) and ${heldUnder('j', '$1')}
         union all
-        select j.id, j.key, 'progress' from ${s}.jobs j where j.id = any($7::bigint[]) and ${heldBy('j', '$1')}
+        select j.id, j.key, 'progress' from ${s}.jobs j where j.id = any($7::bigint[]) and ${heldUnder('j', '$1')}
       ),
       held as materialized (
         select j.id from ${s}.jobs j
@@ -102,7 +108,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
       ),
       finished as (
         delete from ${s}.jobs j
-        where j.id = any($2::bigint[] || $4::bigint[]) and ${heldBy('j', '$1')} and (j.key is null or j.id in (select id from held))
+        where j.id = any($2::bigint[] || $4::bigint[]) and ${heldUnder('j', '$1')} and (j.key is null or j.id in (select id from held))
           and (j.id in (select id from mine where part = 'completed')
                or (j.attempts >= j.max_attempts and ${failure('j', 'code')} is distinct from 'JQ_JOB_SNOOZED')
                or ${failure('j', 'code')} = 'JQ_JOB_FAILED_FOR_GOOD' or j.cancel_requested_at is not null)
@@ -139,7 +145,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
           run_at = now() + (${failure('j', 'delay_ms')})::float8 * interval '1 millisecond',
           attempts = case when ${failure('j', 'code')} = 'JQ_JOB_SNOOZED' then greatest(j.attempts - 1, 0) else j.attempts end,
           locked_at = null, locked_by = null, updated_at = now()
-        where j.id = any($4::bigint[]) and ${heldBy('j', '$1')} and (j.key is null or j.id in (select id from held))
+        where j.id = any($4::bigint[]) and ${heldUnder('j', '$1')} and (j.key is null or j.id in (select id from held))
           and (j.attempts < j.max_attempts or ${failure('j', 'code')} = 'JQ_JOB_SNOOZED')
           and ${failure('j', 'code')} is distinct from 'JQ_JOB_FAILED_FOR_GOOD'
           and j.cancel_requested_at is null
@@ -150,7 +156,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
           started_at = case when j.id in (select id from mine where part = 'started') then coalesce(j.started_at, now()) else j.started_at end,
           progress = coalesce($8::jsonb -> j.id::text, j.progress)
         where j.id = any($6::bigint[] || $7::bigint[]) and j.id not in (select id from mine where part in ('completed', 'failed'))
-          and ${heldBy('j', '$1')} and (j.key is null or j.id in (select id from held))
+          and ${heldUnder('j', '$1')} and (j.key is null or j.id in (select id from held))
         returning j.id, j.queue_name, j.task_identifier, j.attempts, j.max_attempts, j.created_at, j.progress, j.id = any($7::bigint[]) as progressed
       ),
       published as (${publishEvents(

@@ -1,3 +1,4 @@
+import { claimOf } from '../core/claim-token';
 import { Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
@@ -61,7 +62,7 @@ export class Executor extends WorkerPart {
     const { state, events } = this;
     const task = this.tasks.get(job.taskIdentifier)!;
     const entry = new RunningJob(job);
-    if (job.startedAt === null) state.batcher.markStarted(job.id);
+    if (job.startedAt === null) state.batcher.markStarted(job.id, entry.claim);
     const timeoutMs = task.timeoutMs ?? this.options.jobTimeout;
     if (timeoutMs !== undefined) entry.setTimeout(timeoutMs, (reason) => this.reportStuck(entry, reason));
     if (events.heard) events.emit({ type: 'job:start', job });
@@ -69,7 +70,7 @@ export class Executor extends WorkerPart {
       const json = progressToJson(value);
       if (entry.lost || entry.isSettled) return; // stray calls after the handler returned: its outcome has the last word
       events.emit({ type: 'job:progress', job, progress: JSON.parse(json) });
-      entry.reportProgress(json, (written) => state.batcher.reportProgress(job.id, written));
+      entry.reportProgress(json, (written) => state.batcher.reportProgress(job.id, written, entry.claim));
     };
     const context = new WorkerAttemptContext(entry, this.addJob, progress, this.options.middleware, this.attemptFlow, this.steps);
     const workerId = this.membership.workerId;
@@ -122,8 +123,8 @@ export class Executor extends WorkerPart {
       }
       const index = state.prefetched.findIndex((job) => job.id === id);
       if (index >= 0) {
-        state.prefetched.splice(index, 1);
-        state.batcher.fail({ id, error: `JQ_JOB_CANCELLED: job ${id} was cancelled before it started`, code: 'JQ_JOB_CANCELLED', delayMs: 0 });
+        const [job] = state.prefetched.splice(index, 1);
+        state.batcher.fail({ id, claim: claimOf(job), error: `JQ_JOB_CANCELLED: job ${id} was cancelled before it started`, code: 'JQ_JOB_CANCELLED', delayMs: 0 });
       }
     }
   }
@@ -211,14 +212,14 @@ export class Executor extends WorkerPart {
     }
     if (entry.cancelled) {
       // Cancelled: the release writes it so (its row says the cancel was requested), whatever the handler did.
-      batcher.fail({ id: job.id, error: entry.cancelled.message, code: 'JQ_JOB_CANCELLED', delayMs: 0, progress });
+      batcher.fail({ id: job.id, claim: entry.claim, error: entry.cancelled.message, code: 'JQ_JOB_CANCELLED', delayMs: 0, progress });
       events.emit({ type: 'job:complete', job, error: entry.cancelled });
       return;
     }
     if (outcome.ok) {
       try {
         const result = this.resultJson(job, outcome.result);
-        batcher.complete({ id: job.id, result, progress });
+        batcher.complete({ id: job.id, claim: entry.claim, result, progress });
         if (events.heard) {
           events.emit({ type: 'job:success', job, result: outcome.result, durationMs });
           events.emit({ type: 'job:complete', job });
@@ -234,14 +235,14 @@ export class Executor extends WorkerPart {
     if (state.stopping && entry.aborted && !entry.timedOut && !entry.kept) return;
     const message = errorMessage(error);
     if (error instanceof SnoozeJob) {
-      batcher.fail({ id: job.id, error: message, code: error.code, delayMs: error.delayMs, progress });
+      batcher.fail({ id: job.id, claim: entry.claim, error: message, code: error.code, delayMs: error.delayMs, progress });
       events.emit({ type: 'job:snoozed', job, until: new Date(Date.now() + error.delayMs), durationMs });
       events.emit({ type: 'job:complete', job, error });
       return;
     }
     const forGood = error instanceof PermanentJobError;
     const delayMs = forGood ? 0 : retryDelay(task.options.retryDelay, job.attempts, error);
-    batcher.fail({ id: job.id, error: message, code: errorCode(error), delayMs, progress, payload: batchPayload(error) });
+    batcher.fail({ id: job.id, claim: entry.claim, error: message, code: errorCode(error), delayMs, progress, payload: batchPayload(error) });
     if (forGood || job.attempts >= job.maxAttempts) {
       this.logger.error(`Job ${job.id} (${job.taskIdentifier}) failed for good after ${job.attempts} attempt(s): ${message}`);
       events.emit({ type: 'job:failed', job, error, durationMs });

@@ -5,6 +5,7 @@ import type { PausedRow } from '../control/paused-set';
 import { TaskLimits } from '../control/task-limits';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
+import { claimOf } from '../core/claim-token';
 import { claimLimited, type ClaimArgs } from './limited-claim';
 import { maxHeld, PrefetchSizer } from './prefetch';
 import { WorkerPart, type WorkerParts } from './worker-state';
@@ -200,8 +201,8 @@ export class Producer extends WorkerPart {
       // The ones the claim marked started go first: they were claimed for the free slots. A job
       // this process already runs or holds is not started twice: its claim was lost in a server
       // crash (claims do not wait for the disk) and this worker claimed it again.
-      const held = new Set(state.prefetched.map((job) => job.id));
-      const jobs = rows.map((row) => toClaimedJob(row, claimedAs)).filter((job) => !state.running.has(job.id) && !held.has(job.id));
+      const held = new Map(state.prefetched.map((job, index) => [job.id, index]));
+      const jobs = rows.map((row) => toClaimedJob(row, claimedAs)).filter((job) => !this.claimedAgain(job, held));
       state.prefetched.unshift(...jobs.filter((job) => job.startedAt !== null));
       state.prefetched.push(...jobs.filter((job) => job.startedAt === null));
       this.startPrefetched();
@@ -222,6 +223,18 @@ export class Producer extends WorkerPart {
     rows.push(...claimed);
     // Fewer candidates than asked for: the table has nothing more for us right now.
     return claimed.length > 0 && claimed[0].candidate_count >= room;
+  }
+
+  /**
+   * A job this worker runs or holds, claimed again (its first claim was lost in a server
+   * crash): not started twice, but its release must name the new claim, the one its row holds.
+   */
+  private claimedAgain(job: Job, held: Map<string, number>): boolean {
+    const running = this.state.running.get(job.id);
+    if (running) running.claim = claimOf(job);
+    const index = held.get(job.id);
+    if (index !== undefined) this.state.prefetched[index] = job;
+    return running !== undefined || index !== undefined;
   }
 
   /**

@@ -1,9 +1,11 @@
 import { backoffMs, sleep } from '../core/backoff';
 import { MAX_JSON_BYTES_LIMIT } from '../core/json';
+import type { ClaimToken } from '../core/claim-token';
 
 /** A job that succeeded: its result as JSON text (null for none), and its last progress if not written yet. */
 export interface Completion {
   id: string;
+  claim: ClaimToken;
   result: string | null;
   progress?: string;
 }
@@ -15,6 +17,7 @@ export interface Completion {
  */
 export interface Failure {
   id: string;
+  claim: ClaimToken;
   error: string;
   code: string | null;
   delayMs: number;
@@ -28,6 +31,8 @@ export interface ReleaseBatch {
   failed: Failure[];
   started: string[];
   progress: Map<string, string>;
+  /** The claim of each started and progressed job (finished ones carry their own). */
+  claims: Map<string, ClaimToken>;
 }
 
 /** What writing a batch gives back: the ids it could not write yet because someone else holds their row lock (`busy`), and those it wrote as cancelled (a cancel was recorded first). */
@@ -106,6 +111,8 @@ export class ReleaseBatcher {
   private heldUp: { completed: Completion[]; failed: Failure[] } = { completed: [], failed: [] };
   /** Progress of running jobs, the latest value per job, for the next flush. */
   private progress = new Map<string, string>();
+  /** The claims of the jobs in `started` and `progress`. */
+  private claims = new Map<string, ClaimToken>();
   private heldUpTimer?: NodeJS.Timeout;
   /** Per held-up job, how many flushes in a row found it locked. */
   private readonly heldUpTries = new Map<string, number>();
@@ -153,8 +160,9 @@ export class ReleaseBatcher {
   }
 
   /** Records a running job's progress (JSON text) for the next flush; the caller throttles. */
-  reportProgress(id: string, json: string): void {
+  reportProgress(id: string, json: string, claim: ClaimToken): void {
     this.progress.set(id, json);
+    this.claims.set(id, claim);
     this.schedule();
   }
 
@@ -170,8 +178,9 @@ export class ReleaseBatcher {
   }
 
   /** Records that a prefetched job's handler started (the claim marked the others). */
-  markStarted(id: string): void {
+  markStarted(id: string, claim: ClaimToken): void {
     this.started.add(id);
+    this.claims.set(id, claim);
     this.startTimer ??= setTimeout(() => {
       this.startTimer = undefined;
       if (this.started.size > 0) this.schedule();
@@ -238,8 +247,10 @@ export class ReleaseBatcher {
       failed: this.failed.splice(0, failedCount),
       started: [...this.started],
       progress: this.progress,
+      claims: this.claims,
     };
     this.progress = new Map();
+    this.claims = new Map();
     this.started.clear();
     clearTimeout(this.startTimer);
     this.startTimer = undefined;

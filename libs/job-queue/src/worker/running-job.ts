@@ -1,3 +1,4 @@
+import { claimOf, type ClaimToken } from '../core/claim-token';
 import type { Job } from '../core/job';
 import { JobQueueError } from '../core/errors';
 import type { ValidJob } from '../core/validate-job-spec';
@@ -35,7 +36,15 @@ export class RunningJob {
   /** The job's next in its chain (ctx.continueWith), written with its completion. */
   continuation?: ValidJob;
 
-  constructor(readonly job: Job) {}
+  /**
+   * The claim its release names (ClaimToken). A claim lost in a server crash and made again by
+   * this worker while the handler runs (producer.ts does not start it twice) moves it to the new claim.
+   */
+  claim: ClaimToken;
+
+  constructor(readonly job: Job) {
+    this.claim = claimOf(job);
+  }
 
   /** The handler's `ctx.signal`: aborted (with the reason) by a timeout, a cancel or the shutdown, even if first read after. */
   get signal(): AbortSignal {
