@@ -1,26 +1,20 @@
 import type { Job } from './job';
 
 /**
- * Which claim of a job a release is for: its `locked_at` in whole epoch microseconds, as the
- * claim (or the insert that started it at its add) returned it. A release names it for every
- * job and lands only on that claim: a flush retried after its reply was lost had committed,
- * and by then the job may be this worker's again, claimed anew (a failure retried at once);
- * the old outcome must not land on the new claim, whose handler is running (found by the chaos
- * soak: the retried failure of attempt 1 failed attempt 2, which had succeeded, and the job ran
- * a third time). Attempts cannot tell claims apart: add_job raises a held keyed job's, and a
- * snooze gives one back.
+ * Which claim of a job a release is for: its `locked_at` as the claim (or the insert that
+ * started it at its add) returned it, in epoch milliseconds (`job.lockedAt`). A flush written
+ * again after a failure names each job's claim, and lands only on that claim: the first write
+ * may have committed (its reply lost), and by then the job may be this worker's again, claimed
+ * anew (a failure retried at once); the old outcome must not land on the new claim, whose
+ * handler is running (found by the chaos soak: the retried failure of attempt 1 failed attempt
+ * 2, which had succeeded, and the job ran a third time). Milliseconds tell two claims of one
+ * job apart: the second comes after the first's release committed, and a release waits at
+ * least a millisecond for its flush (release-batcher.ts FLUSH_DELAY_MS). Attempts cannot: add_job
+ * raises a held keyed job's, and a snooze gives one back.
  */
 export type ClaimToken = string;
 
-const tokens = new WeakMap<Job, ClaimToken>();
-
-/** Records the claim a job object stands for (`lockedAtUs`: its locked_at, epoch microseconds). */
-export function setClaimToken(job: Job, lockedAtUs: string | number): void {
-  tokens.set(job, String(lockedAtUs));
-}
-
 export function claimOf(job: Job): ClaimToken {
-  const token = tokens.get(job);
-  if (token === undefined) throw new Error(`job ${job.id} was not claimed by this worker: it has no claim token`);
-  return token;
+  if (job.lockedAt === null) throw new Error(`job ${job.id} is not claimed: it has no claim token`);
+  return String(job.lockedAt.getTime());
 }

@@ -1,4 +1,3 @@
-import { setClaimToken } from '../core/claim-token';
 import { dateOfEpochMicroseconds } from '../sql/epoch-microseconds';
 import { toJob, type Job, type JobRow } from '../core/job';
 import { DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY } from '../core/job-defaults';
@@ -50,9 +49,6 @@ export function addedJobs(jobs: readonly ValidJob[], rows: readonly AddedRow[], 
       span_id: trace?.spanId ?? null,
       trace_flags: trace?.flags ?? null,
     };
-    const added = toJob(full);
-    // started at its add (addJobStarted): its claim is the insert, locked_at = created_at
-    if (lockedBy !== null) setClaimToken(added, row.created_at_us);
-    return added;
+    return toJob(full);
   });
 }

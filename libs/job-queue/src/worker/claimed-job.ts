@@ -1,4 +1,3 @@
-import { setClaimToken } from '../core/claim-token';
 import { attemptErrorsOf, type Job, type JobProgress, type JobRow } from '../core/job';
 import { dateOfEpochMicroseconds as dateOf } from '../sql/epoch-microseconds';
 import { fromTraceColumns } from '../core/trace-context';
@@ -37,7 +36,7 @@ export interface ClaimedRow {
 /** The Job a claim of worker `workerId` returned, as toJob() would make it from the whole row. */
 export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: string): Job<Payload> {
   const claimedAt = dateOf(row.claimed_at_us).getTime();
-  const job: Job<Payload> = {
+  return {
     id: row.id,
     state: row.started ? 'running' : 'waiting',
     flowId: row.flow_id ?? row.id,
@@ -66,6 +65,4 @@ export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: strin
     cancelRequestedAt: null,
     traceContext: fromTraceColumns(row.trace_id, row.span_id, row.trace_flags),
   };
-  setClaimToken(job, row.claimed_at_us);
-  return job;
 }

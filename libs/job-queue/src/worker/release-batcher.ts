@@ -33,6 +33,8 @@ export interface ReleaseBatch {
   progress: Map<string, string>;
   /** The claim of each started and progressed job (finished ones carry their own). */
   claims: Map<string, ClaimToken>;
+  /** Written again after a failed write, which may have committed: the release must check each job's claim. */
+  again?: boolean;
 }
 
 /** What writing a batch gives back: the ids it could not write yet because someone else holds their row lock (`busy`), and those it wrote as cancelled (a cancel was recorded first). */
@@ -58,7 +60,7 @@ export interface CancelledJob {
 const START_MARK_DELAY_MS = 20;
 
 /** Milliseconds a finished job may wait to share a flush. */
-const FLUSH_DELAY_MS = 1;
+const FLUSH_DELAY_MS = 1; // at least 1: core/claim-token.ts relies on it
 
 /**
  * The most JSON text (results, error messages, progress), in characters, that one flush
@@ -267,7 +269,7 @@ export class ReleaseBatcher {
   private async writeWithRetries(batch: ReleaseBatch): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const written = await this.write(batch);
+        const written = await this.write(attempt === 1 ? batch : { ...batch, again: true });
         const busy = new Set(written.busy);
         for (const id of this.inFlightIds) if (!busy.has(id)) this.heldUpTries.delete(id);
         if (busy.size > 0) this.holdUp(batch.completed.filter((c) => busy.has(c.id)), batch.failed.filter((f) => busy.has(f.id)));

@@ -19,7 +19,7 @@ export function writeReleases(db: JobQueueDatabase, workerId: string, keepComple
  */
 export function releaseParameters(
   workerId: string,
-  { completed, failed, started, progress, claims }: ReleaseBatch,
+  { completed, failed, started, progress, claims, again }: ReleaseBatch,
   keepCompleted: boolean,
   audience: string | null = null,
 ): unknown[] {
@@ -43,14 +43,15 @@ export function releaseParameters(
     objectById(progressOf),
     keepCompleted,
     audience,
-    // $11: each job's claim (ClaimToken), so that a flush retried after a lost reply lands on no later claim
-    objectById(claimTokens(completed, failed, claims)),
+    // $11: each job's claim (ClaimToken) when written again, so that a flush whose reply was lost lands on no later claim
+    again ? objectById(claimTokens(completed, failed, claims)) : null,
   ];
 }
 
 function* claimTokens(completed: ReleaseBatch['completed'], failed: ReleaseBatch['failed'], claims: ReleaseBatch['claims']): Iterable<[string, string]> {
-  for (const [id, claim] of claims) yield [id, JSON.stringify(claim)];
-  for (const { id, claim } of [...completed, ...failed]) yield [id, JSON.stringify(claim)];
+  // tokens are digits: quoted as they are
+  for (const [id, claim] of claims) yield [id, `"${claim}"`];
+  for (const { id, claim } of [...completed, ...failed]) yield [id, `"${claim}"`];
 }
 
 /** A JSON object of JSON texts by job id: ids are digits, the texts already valid JSON (json.ts), so they are joined as they are. */
