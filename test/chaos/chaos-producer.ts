@@ -11,7 +11,7 @@
 import 'reflect-metadata';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { TypeOrmModule } from '@nestjs/typeorm';
+import { processTypeOrm } from '../support/process-typeorm';
 import { DataSource, type EntityManager } from 'typeorm';
 import { isJobQueueError, JobQueueModule, JobQueueService, type FlowStep } from '../../libs/job-queue/src';
 import { Random } from './random';
@@ -35,7 +35,7 @@ function failed(error: unknown): void {
 
 @Module({
   imports: [
-    TypeOrmModule.forRoot({ type: 'postgres', url: process.env.DATABASE_URL, retryAttempts: 0, extra: { application_name: process.env.APP_NAME, max: 10 } }),
+    processTypeOrm(process.env.APP_NAME!),
     JobQueueModule.forRoot({ worker: false, migrationsRun: false, externalTasks: [...KINDS.map(taskOf)] }),
   ],
 })

@@ -10,7 +10,7 @@ import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Cron, CronExpression } from '@nestjs/schedule';
-import { TypeOrmModule } from '@nestjs/typeorm';
+import { processTypeOrm } from '../support/process-typeorm';
 import { DataSource, type EntityManager } from 'typeorm';
 import { JobQueueModule, JobQueueWorker, Task, type CronPayload, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
 import { HEARTBEAT_MS, LIMIT, MAX_ATTEMPTS, SLOW_MAX_ATTEMPTS, SLOW_TIMEOUT_MS, WORKER_TIMEOUT_MS, type Kind } from './ledger';
@@ -105,13 +105,8 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 
 @Module({
   imports: [
-    TypeOrmModule.forRoot({
-      type: 'postgres',
-      url: process.env.DATABASE_URL,
-      retryAttempts: 0,
-      // a transactional handler holds its transaction's connection and takes a second for its ledger rows: 2 × 8 + the queue's 3
-      extra: { application_name: process.env.APP_NAME, max: 20 },
-    }),
+    // a pool of 20: a transactional handler holds its transaction's connection and takes a second for its ledger rows (2 × 8 + the queue's 3)
+    processTypeOrm(process.env.APP_NAME!),
     JobQueueModule.forRoot({
       concurrency: 8,
       pollInterval: 200,

@@ -47,7 +47,7 @@ import { Injectable, Module, type Provider } from '@nestjs/common';
 import { Cron, CronExpression } from '@nestjs/schedule';
 import { DataSource, type EntityManager } from 'typeorm';
 import { NestFactory } from '@nestjs/core';
-import { TypeOrmModule } from '@nestjs/typeorm';
+import { processTypeOrm } from './process-typeorm';
 import { READ_FORBIDDEN_FLAGS } from './forbidden-flags';
 import { JobQueueModule, JobQueueService, JobQueueWorker, Task, type CronPayload, type JobContext, type TransactionalJobContext } from '../../libs/job-queue/src';
 
@@ -254,12 +254,7 @@ const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [Cro
 
 @Module({
   imports: [
-    TypeOrmModule.forRoot({
-      type: 'postgres',
-      url: process.env.DATABASE_URL,
-      retryAttempts: 0,
-      extra: { application_name: `worker-${process.pid}`, max: 20 },
-    }),
+    processTypeOrm(`worker-${process.pid}`),
     JobQueueModule.forRootAsync({
       inject: [DataSource],
       useFactory: (dataSource: DataSource) => ({
