@@ -127,9 +127,11 @@ async function main() {
   // fences and rescues, for the checker to tell what made a job run twice (printed too, should the insert fail)
   worker.events$.subscribe((event) => {
     if (event.type !== 'worker:fenced' && event.type !== 'job:rescued') return;
-    const jobId = event.type === 'job:rescued' ? event.jobId : null;
-    console.log(`event ${event.type} ${jobId ?? ''} at ${new Date().toISOString()}`);
-    dataSource.query('insert into chaos.worker_events (pid, type, job_id) values ($1, $2, $3)', [process.pid, event.type, jobId]).catch(() => undefined);
+    const [jobId, dead] = event.type === 'job:rescued' ? [event.jobId, event.deadWorkerId] : [null, null];
+    console.log(`event ${event.type} ${jobId ?? ''} ${dead ?? ''} at ${new Date().toISOString()}`);
+    dataSource
+      .query('insert into chaos.worker_events (pid, type, job_id, dead_worker) values ($1, $2, $3, $4)', [process.pid, event.type, jobId, dead])
+      .catch(() => undefined);
   });
   console.log(`ready ${worker.workerId}`);
 }

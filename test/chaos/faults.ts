@@ -20,7 +20,8 @@ export const FAULT_KINDS = ['kill', 'freeze-short', 'freeze-long', 'postgres-res
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export interface Fault {
-  kind: FaultKind;
+  /** What was done, or `declared-dead`: a worker the cluster declared dead (its jobs rescued), read from the ledger afterwards. */
+  kind: FaultKind | 'declared-dead';
   /** The process it hit; none for a PostgreSQL restart or a migration (every process). */
   pid: number | null;
   startedAt: Date;

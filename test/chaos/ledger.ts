@@ -40,7 +40,7 @@ export const LEDGER_SCHEMA = `
   create table chaos.effects (attempt_id bigint primary key, key text not null, job_id bigint not null, at timestamptz not null default clock_timestamp());
   create table chaos.cancels (job_id bigint not null, accepted boolean not null, code text, at timestamptz not null default clock_timestamp());
   -- what the workers told of themselves: worker:fenced (declared dead, rejoined) and the leader's job:rescued
-  create table chaos.worker_events (pid integer not null, type text not null, job_id bigint, at timestamptz not null default clock_timestamp());
+  create table chaos.worker_events (pid integer not null, type text not null, job_id bigint, dead_worker text, at timestamptz not null default clock_timestamp());
   create table chaos.faults (id serial primary key, kind text not null, pid integer, started_at timestamptz not null, ended_at timestamptz not null, detail text);
 `;
 
