@@ -64,7 +64,9 @@ describe('the chaos checker', () => {
     const explained = await check('no job ran twice', [kill(100, 60)]);
     assert.deepEqual(explained.violations, []);
     assert.match(explained.counts, /1 second runs explained \(kill 1\)/);
-    assert.equal((await check('no job ran twice', [kill(200, 60)])).violations.length, 1, 'a fault on another process explains nothing');
+    assert.equal((await check('no job ran twice', [kill(300, 60)])).violations.length, 1, 'a fault on another process explains nothing');
+    const stale: Fault = { kind: 'freeze-long', pid: 200, startedAt: at(-2000), endedAt: at(3990) };
+    assert.deepEqual((await check('no job ran twice', [stale])).violations, [], 'nor does one on the second run\'s process, frozen with the job claimed');
     // declared dead by the cluster with no fault injected (a heartbeat late under load): the leader's rescue shows it
     await sql.query(`insert into chaos.worker_events (pid, type, job_id, dead_worker, at) values (300, 'job:rescued', 1, 'vm-100-1a2b3c4d', $1)`, [at(3000)]);
     const declared = await check('no job ran twice');

@@ -103,12 +103,16 @@ export class Checker {
     };
   }
 
-  /** The fault that explains a second run of a job first run by `first`, before `second` started. */
+  /**
+   * The fault that explains a second run of a job first run by `first`, before `second` started:
+   * on the first run's process (its job rescued and run again), or on the second's (a job it
+   * had claimed before a stall and started when it resumed, before it learnt it was declared dead).
+   */
   private explanation(first: Attempt, second: Attempt): Fault | undefined {
     return this.faults.find(
       (f) =>
         EXPLAINS_A_SECOND_RUN.includes(f.kind) &&
-        (f.pid === null || f.pid === first.pid) &&
+        (f.pid === null || f.pid === first.pid || f.pid === second.pid) &&
         ms(f.endedAt) >= ms(first.started_at) - 1000 &&
         ms(f.startedAt) <= ms(second.started_at),
     );
