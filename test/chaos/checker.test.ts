@@ -74,6 +74,14 @@ describe('the chaos checker', () => {
     assert.match(declared.counts, /\(declared-dead 1\)/);
   });
 
+  it('a transactional run whose writes rolled back is no run: only committed writes count', async () => {
+    await attempt('t1', 'queued', 100, 0, 50, { queue: 'q' });
+    await attempt('t1', 'queued', 100, 1500, 1550, { queue: 'q', effect: true });
+    assert.deepEqual((await check('no job ran twice')).violations, []);
+    await attempt('t1', 'queued', 200, 2000, 2050, { queue: 'q', effect: true });
+    assert.match((await check('no job ran twice')).violations.join('\n'), /t1 ran twice/);
+  });
+
   it('two attempts of one named queue at once are a violation', async () => {
     await attempt('q1', 'queued', 100, 0, 100, { queue: 'q', effect: true, jobId: 1 });
     await attempt('q2', 'queued', 200, 50, 150, { queue: 'q', effect: true, jobId: 2 });

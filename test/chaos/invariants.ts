@@ -40,6 +40,9 @@ interface Attempt {
 
 const ms = (d: Date) => d.getTime();
 
+/** The kinds whose handlers run with `transaction: true` (chaos-worker.ts): their effect is their write through ctx.manager. */
+const TRANSACTIONAL = ['queued', 'cancellable'];
+
 export class Checker {
   private attempts: Attempt[] = [];
   /** Jobs meant to succeed that failed because faults took their attempts, or a dependency's (endedAsIntended). */
@@ -169,7 +172,9 @@ export class Checker {
 
   /** Non-transactional handlers: two `ok` runs of one job are allowed only after a fault that explains them. */
   private noSecondRuns(): Check {
-    const byKey = groupBy(this.attempts.filter((a) => a.outcome === 'ok'), (a) => a.key);
+    // a transactional handler's run counts only if its writes committed (a completion that timed out on a lock, or was fenced, rolled them back)
+    const ran = (a: Attempt) => a.outcome === 'ok' && (!TRANSACTIONAL.includes(a.kind) || a.effect_at !== null);
+    const byKey = groupBy(this.attempts.filter(ran), (a) => a.key);
     const causes: Record<string, number> = {};
     const violations: string[] = [];
     for (const [key, runs] of byKey) {
