@@ -148,7 +148,7 @@ export class Checker {
       const ok =
         r.expect === 'completed-or-cancelled' ? (r.cancelled ? r.state === 'cancelled' : r.state === 'completed' || r.state === 'cancelled') : r.state === r.expect;
       // a job meant to succeed may run out of attempts when faults took some of them (an attempt lost with its worker counts)
-      if (!ok && r.state === 'failed' && r.expect === 'completed' && r.lost_to.length > 0) {
+      if (!ok && r.state === 'failed' && r.expect.startsWith('completed') && !r.cancelled && r.lost_to.length > 0) {
         this.failedByFaults.add(r.key);
         for (const code of r.lost_to) lostTo[code] = (lostTo[code] ?? 0) + 1;
         continue;
