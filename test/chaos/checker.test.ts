@@ -93,6 +93,9 @@ describe('the chaos checker', () => {
     await attempt('q1', 'queued', 200, 3500, 3600, { queue: 'q', effect: true });
     assert.equal((await check('named queues')).violations.length, 1, 'no fault: a violation');
     assert.deepEqual((await check('named queues', [{ kind: 'freeze-long', pid: 100, startedAt: at(10), endedAt: at(4500) }])).violations, []);
+    // started by a process the cluster had declared dead (a job claimed before a stall, started on waking)
+    await sql.query(`insert into chaos.worker_events (pid, type, job_id, dead_worker, at) values (300, 'job:rescued', 1, 'vm-100-1a2b3c4d', $1)`, [at(-500)]);
+    assert.deepEqual((await check('named queues')).violations, []);
   });
 
   it('more limited attempts at once than globalConcurrency is a violation, not counting a killed process after its kill', async () => {

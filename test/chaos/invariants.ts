@@ -224,7 +224,7 @@ export class Checker {
       for (let i = 0; i < runs.length; i++) {
         for (let j = i + 1; j < runs.length && ms(runs[j].started_at) < end(runs[i]); j++) {
           const [a, b] = [runs[i], runs[j]];
-          const cutOff = [a, b].find((x) => !x.effect_at && this.faultOn(x, ms(x.started_at), end(x)));
+          const cutOff = [a, b].find((x) => !x.effect_at && (this.faultOn(x, ms(x.started_at), end(x)) || this.startedStale(x)));
           if (a.effect_at && b.effect_at) violations.push(`${queue}: ${a.key} and ${b.key} both committed, overlapping`);
           else if (cutOff) fenced += 1;
           else violations.push(`${queue}: ${a.key} (pid ${a.pid}) and ${b.key} (pid ${b.pid}) overlapped`);
@@ -232,6 +232,11 @@ export class Checker {
       }
     }
     return { name: 'named queues ran one attempt at a time', counts: `${ended.length} attempts in ${groupBy(ended, (a) => a.queue_name ?? '').size} queues, ${fenced} overlaps across a fault`, violations };
+  }
+
+  /** An attempt its process started after the cluster had declared it dead (a job claimed before a stall, started on waking; its write is refused). */
+  private startedStale(a: Attempt): boolean {
+    return this.faults.some((f) => f.kind === 'declared-dead' && f.pid === a.pid && ms(f.startedAt) <= ms(a.started_at) && ms(a.started_at) - ms(f.startedAt) < 30_000);
   }
 
   private faultOn(a: Attempt, from: number, to: number): Fault | undefined {
