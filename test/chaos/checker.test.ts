@@ -37,11 +37,11 @@ describe('the chaos checker', () => {
     await db?.drop();
   });
 
-  async function attempt(key: string, kind: string, pid: number, from: number, to: number, options: { queue?: string; effect?: boolean; jobId?: number } = {}) {
+  async function attempt(key: string, kind: string, pid: number, from: number, to: number, options: { queue?: string; effect?: boolean; jobId?: number; attempt?: number } = {}) {
     const [{ id }] = (
       await sql.query(
-        `insert into chaos.attempts (key, kind, job_id, queue_name, attempt, pid, started_at, ended_at, outcome) values ($1, $2, $3, $4, 1, $5, $6, $7, 'ok') returning id`,
-        [key, kind, options.jobId ?? 1, options.queue ?? null, pid, at(from), at(to)],
+        `insert into chaos.attempts (key, kind, job_id, queue_name, attempt, pid, started_at, ended_at, outcome) values ($1, $2, $3, $4, $8, $5, $6, $7, 'ok') returning id`,
+        [key, kind, options.jobId ?? 1, options.queue ?? null, pid, at(from), at(to), options.attempt ?? 1],
       )
     ).rows;
     if (options.effect) await sql.query('insert into chaos.effects (attempt_id, key, job_id, at) values ($1, $2, $3, $4)', [id, key, options.jobId ?? 1, at(to)]);
@@ -138,5 +138,18 @@ describe('the chaos checker', () => {
     const ended = await check('every committed job ended');
     assert.deepEqual(ended.violations, ['own (plain) ended failed, expected completed']);
     assert.match(ended.counts, /attempts lost to faults: JQ_WORKER_LOST 1/);
+  });
+
+  it('a job completed by a worker that did not run its last claim is a violation (the fence)', async () => {
+    await sql.query(`insert into chaos.produced (key, kind, job_id, expect) values ('f1', 'plain', 9, 'completed')`);
+    await sql.query(
+      `insert into job_queue.finished_jobs (id, task_identifier, payload, priority, run_at, attempts, max_attempts, flags, state, worker_id, created_at)
+       values (9, 'chaos.plain', '{}', 0, now(), 2, 3, '{}', 'completed', 'vm-100-1a2b3c4d', now())`,
+    );
+    await attempt('f1', 'plain', 100, 0, 50, { jobId: 9, attempt: 1 });
+    await attempt('f1', 'plain', 200, 4000, 4050, { jobId: 9, attempt: 2 });
+    assert.match((await check('each completed job')).violations.join('\n'), /f1 was completed by vm-100-1a2b3c4d, which did not run its attempt 2/);
+    await attempt('f1', 'plain', 100, 5000, 5050, { jobId: 9, attempt: 2 });
+    assert.deepEqual((await check('each completed job')).violations, []);
   });
 });

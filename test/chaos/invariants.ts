@@ -29,6 +29,7 @@ interface Attempt {
   key: string;
   kind: string;
   job_id: string;
+  attempt: number;
   queue_name: string | null;
   pid: number;
   started_at: Date;
@@ -69,7 +70,7 @@ export class Checker {
     ];
     this.attempts = (
       await this.sql.query<Attempt>(
-        `select a.id::text, a.key, a.kind, a.job_id::text, a.queue_name, a.pid, a.started_at, a.ended_at, a.outcome, a.planned_ms, e.at as effect_at
+        `select a.id::text, a.key, a.kind, a.job_id::text, a.attempt, a.queue_name, a.pid, a.started_at, a.ended_at, a.outcome, a.planned_ms, e.at as effect_at
          from chaos.attempts a left join chaos.effects e on e.attempt_id = a.id order by a.started_at, a.id`,
       )
     ).rows;
@@ -79,6 +80,7 @@ export class Checker {
       await this.rolledBackNeverRan(),
       this.noSecondRuns(),
       await this.transactionalOnce(),
+      await this.finishedByItsClaim(),
       await this.keyedVersions(),
       this.queuesSerial(),
       this.cronTicks(),
@@ -201,6 +203,25 @@ export class Checker {
       .map((r) => `${r.key} ended ${r.state} with ${r.n} committed writes`);
     const fenced = this.attempts.filter((a) => (a.kind === 'queued' || a.kind === 'cancellable') && a.outcome === 'ok' && !a.effect_at).length;
     return { name: 'a transactional job\'s writes committed once, with its completion', counts: `${rows.length} jobs, ${fenced} runs whose writes were refused (fenced or cancelled)`, violations };
+  }
+
+  /**
+   * The fence: a completed job was completed by the worker that ran its last claim (its final
+   * attempt number), never by a stale run of a worker declared dead meanwhile. Keyed jobs are
+   * left out: add_job raises a held keyed job's attempts when it replaces it.
+   */
+  private async finishedByItsClaim(): Promise<Check> {
+    const rows = (
+      await this.sql.query<{ key: string; worker_id: string; attempts: number }>(
+        `select p.key, f.worker_id, f.attempts from chaos.produced p join job_queue.finished_jobs f on f.id = p.job_id
+         where f.state = 'completed' and p.kind <> 'keyed'`,
+      )
+    ).rows;
+    const ok = groupBy(this.attempts.filter((a) => a.outcome === 'ok'), (a) => a.key);
+    const violations = rows
+      .filter((r) => !(ok.get(r.key) ?? []).some((a) => a.attempt === r.attempts && a.pid === Number(/-(\d+)-[^-]+$/.exec(r.worker_id)?.[1])))
+      .map((r) => `${r.key} was completed by ${r.worker_id}, which did not run its attempt ${r.attempts}`);
+    return { name: 'each completed job was completed by the worker that ran its last claim', counts: `${rows.length} completed jobs`, violations };
   }
 
   /** Keyed adds in mode replace: the last committed version of each key ran; none ran that was not committed. */
