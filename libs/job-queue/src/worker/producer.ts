@@ -179,10 +179,9 @@ export class Producer extends WorkerPart {
         // Whichever claim goes first may fill the room: with both kinds of task, they take
         // turns at going first, so that neither starves while the other keeps the slots full.
         this.limitedFirst = limited.length > 0 && unlimited.length > 0 && !this.limitedFirst;
-        if (this.limitedFirst) more = await this.claimLimitedTasks(limited, rows, args);
-        more = (await this.claimUnlimited(unlimited, rows, args)) || more;
-        if (limited.length === 0) this.limitReached = false;
-        else if (!this.limitedFirst) more = (await this.claimLimitedTasks(limited, rows, args)) || more;
+        const general = () => this.claimUnlimited(unlimited, rows, args);
+        const limits = () => this.claimLimitedTasks(limited, rows, args); // with none, notes that no limit is reached
+        for (const claim of this.limitedFirst ? [limits, general] : [general, limits]) more = (await claim()) || more;
         this.claimFailures = 0;
       } catch (error) {
         // The server may have committed the claim before the reply was lost: the next
