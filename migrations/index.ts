@@ -10,6 +10,7 @@ import { createJobStepsMigration } from './1764400000000-job-steps';
 import { createJobCountsMigration } from './1764500000000-job-counts';
 import { createPausesMigration } from './1764600000000-pauses';
 import { createSchedulesMigration } from './1764700000000-schedules';
+import { createTaskLimitsMigration } from './1764800000000-task-limits';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -32,5 +33,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createJobCountsMigration(schema),
     createPausesMigration(schema),
     createSchedulesMigration(schema),
+    createTaskLimitsMigration(schema),
   ];
 }

@@ -163,8 +163,8 @@ describe('globalConcurrency in one process', () => {
     assert.equal(await mostAtOnce(sql, ids), 1);
   });
 
-  it('groupConcurrency, rateLimit and groupRateLimit (not built yet) are refused at startup, not ignored', async () => {
-    for (const [option, value] of [['groupConcurrency', 1], ['rateLimit', { max: 5, per: '1s' }], ['groupRateLimit', { max: 5, per: '1s' }]] as const) {
+  it('groupConcurrency and groupRateLimit (not built yet) are refused at startup, not ignored', async () => {
+    for (const [option, value] of [['groupConcurrency', 1], ['groupRateLimit', { max: 5, per: '1s' }]] as const) {
       @Injectable()
       class NotYet {
         async run() {}

@@ -11,7 +11,7 @@ import * as migrationNames from '../../migrations/names';
 import * as libraryNames from '../../libs/job-queue/src/sql/identifier';
 
 /** Every migration, oldest first. */
-const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000', 'EventListeners1764200000000', 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000'];
+const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000', 'EventListeners1764200000000', 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000', 'TaskLimits1764800000000'];
 
 describe('migrations', () => {
   it("the migrations' own names (channels, quoting) are the library's: the functions they create notify where workers listen", () => {
@@ -36,7 +36,7 @@ describe('migrations', () => {
       const { rows } = await sql.query('select name from job_queue.migrations');
       assert.deepEqual(rows.map((r) => r.name), ALL_MIGRATIONS);
       const tables = (await sql.query(`select tablename from pg_tables where schemaname = 'job_queue' order by 1`)).rows;
-      assert.deepEqual(tables.map((r) => r.tablename), ['blocked_jobs', 'event_listeners', 'finished_counts', 'finished_jobs', 'flows', 'job_count_deltas', 'job_counts', 'job_dependencies', 'job_queues', 'job_steps', 'jobs', 'known_crontabs', 'leases', 'migrations', 'pauses', 'workers']);
+      assert.deepEqual(tables.map((r) => r.tablename), ['blocked_jobs', 'event_listeners', 'finished_counts', 'finished_jobs', 'flows', 'job_count_deltas', 'job_counts', 'job_dependencies', 'job_queues', 'job_steps', 'jobs', 'known_crontabs', 'leases', 'migrations', 'pauses', 'task_limits', 'task_starts', 'workers']);
       await sql.end();
       // every instance works
       for (const [i, t] of apps.entries()) await t.jobs.add('hello', { i });

@@ -32,6 +32,8 @@ export const QUEUE_HEADS_VERSION = '6521d3b';
 export const EVENTS_VERSION = '9ca3c3e';
 /** The last commit before migration JobCounts1764500000000 (it also has Flows1764300000000 and JobStepsAndBatches1764400000000). */
 export const FLOWS_VERSION = '1572e48';
+/** The last commit before migration TaskLimits1764800000000 (it has every migration through Schedules1764700000000). */
+export const SCHEDULES_VERSION = '55a4e3d';
 /** The migrations FLOWS_VERSION knows, as its library lists them. */
 export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
   'CreateJobTables1763700000000',

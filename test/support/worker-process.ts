@@ -234,20 +234,37 @@ class CronTasks {
 
 /**
  * LIMITED=1: `limited` ({ ms }), with globalConcurrency GLOBAL_CONCURRENCY (default 2; `none`: unlimited, for a
- * drain to compare with): records
+ * drain to compare with) and, with RATE_LIMIT=`<max>/<per ms>`, that rateLimit: records
  * its start in the test's `limited_runs` table (job_id, pid, attempt, started_at, ended_at, by
- * the server's clock_timestamp()), sleeps `ms`, then records its end.
+ * the server's clock_timestamp()), sleeps `ms`, then records its end. And `partner`
+ * ({ retryAfter? }): records each run in the test's `partner_runs` table (job_id, pid,
+ * attempt, started_at); on its job's first run, with `retryAfter`, calls ctx.rateLimited(retryAfter).
  */
 @Injectable()
 class LimitedTasks {
   constructor(private readonly dataSource: DataSource) {}
 
-  @Task('limited', process.env.GLOBAL_CONCURRENCY === 'none' ? {} : { globalConcurrency: Number(process.env.GLOBAL_CONCURRENCY ?? 2) })
+  @Task('limited', limitedOptions())
   async limited(payload: { ms: number }, ctx: JobContext) {
     await this.dataSource.query('insert into limited_runs (job_id, pid, attempt, started_at) values ($1, $2, $3, clock_timestamp())', [ctx.job.id, process.pid, ctx.job.attempts]);
     await new Promise((resolve) => setTimeout(resolve, payload.ms));
     await this.dataSource.query('update limited_runs set ended_at = clock_timestamp() where job_id = $1 and attempt = $2', [ctx.job.id, ctx.job.attempts]);
   }
+
+  @Task('partner')
+  async partner(payload: { retryAfter?: number }, ctx: JobContext) {
+    const [{ runs }] = await this.dataSource.query(
+      'with run as (insert into partner_runs (job_id, pid, attempt, started_at) values ($1, $2, $3, clock_timestamp()) returning 1) select (select count(*) from partner_runs where job_id = $1)::int + 1 as runs',
+      [ctx.job.id, process.pid, ctx.job.attempts],
+    );
+    if (payload.retryAfter !== undefined && runs === 1) ctx.rateLimited(payload.retryAfter);
+  }
+}
+
+function limitedOptions() {
+  const concurrency = process.env.GLOBAL_CONCURRENCY === 'none' ? {} : { globalConcurrency: Number(process.env.GLOBAL_CONCURRENCY ?? 2) };
+  const [max, per] = (process.env.RATE_LIMIT ?? '').split('/').map(Number);
+  return process.env.RATE_LIMIT ? { ...concurrency, rateLimit: { max, per } } : concurrency;
 }
 
 const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [CronTasks] : []), ...(process.env.LIMITED === '1' ? [LimitedTasks] : [])];

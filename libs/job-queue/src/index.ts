@@ -11,7 +11,7 @@ export {
 } from './service/job-queue.service';
 export { JobEndedError } from './service/job-waiter';
 export { FlowEndedError } from './service/job-flows';
-export type { PausedEntry } from './control/paused-set';
+export type { PausedEntry } from './control/paused-entry';
 export type { JobSchedule, ScheduleSpec } from './core/schedule';
 export type { FlowStep, AddedFlow, Flow, FlowEdge, FlowState, DependencyResult, DependencyFailurePolicy } from './core/flow-steps';
 export type { JobQueueTasks, TaskName, TaskPayload, TypedJobSpec } from './core/typed-tasks';
@@ -21,7 +21,8 @@ export { OnJobEvent } from './decorators/on-job-event.decorator';
 export { OnQueueEvent, type OnQueueEventOptions } from './decorators/on-queue-event.decorator';
 export type { JobContext, JobInfo, CronPayload, TransactionalJobContext, StepOptions } from './core/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
-export { PermanentJobError, SnoozeJob, BatchJobFailure } from './core/handler-outcomes';
+export { PermanentJobError, SnoozeJob, BatchJobFailure, TaskRateLimited } from './core/handler-outcomes';
+export type { RateLimit, TaskLimitsOverride } from './core/limits';
 export type { JobMiddleware, JobMiddlewareContext } from './core/middleware';
 export { JobQueueMaintenance } from './maintenance/maintenance';
 export type { JobQueueEvent, JobQueueEventType, JobQueueEventOf } from './core/events';

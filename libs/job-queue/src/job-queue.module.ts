@@ -18,6 +18,7 @@ import { JobWaiter } from './service/job-waiter';
 import { JobSpecValidator } from './service/job-spec-validator';
 import { JobFlows } from './service/job-flows';
 import { JobAdder } from './service/job-adder';
+import { JobLimits } from './control/job-limits';
 import { JobPauses } from './control/job-pauses';
 import { JobSchedules } from './service/job-schedules';
 import { LocalStart } from './service/local-start';
@@ -46,6 +47,7 @@ import { WorkerMembership } from './worker/membership';
     JobFlows,
     JobAdder,
     JobPauses,
+    JobLimits,
     JobSchedules,
     JobQueueTelemetry,
     JobQueueEvents,

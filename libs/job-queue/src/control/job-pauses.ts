@@ -4,10 +4,8 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import { LIMITS, optionalString, validateTaskIdentifier } from '../core/validate-job-spec';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { TaskRegistry } from '../discovery/task-registry';
-import { toPausedEntry, type PausedEntry, type PausedRow } from './paused-set';
-
-/** pauseTask('*'): every task. */
-export const ALL_TASKS = '*';
+import { knownTask } from './known-task';
+import { toPausedEntry, type PausedEntry, type PausedRow } from './paused-entry';
 
 /**
  * Pause and resume (JobQueueService's pauseQueue, resumeQueue, pauseTask, resumeTask,
@@ -34,7 +32,7 @@ export class JobPauses {
   }
 
   async pauseTask(identifier: string): Promise<void> {
-    await this.db.run('pause', ['task', this.knownTask(identifier)]);
+    await this.db.run('pause', ['task', knownTask('pauseTask', identifier, this.tasks, this.options, true)]);
   }
 
   async resumeTask(identifier: string): Promise<void> {
@@ -43,17 +41,6 @@ export class JobPauses {
 
   async listPaused(): Promise<PausedEntry[]> {
     return (await this.db.run<PausedRow>('listPaused', [])).map(toPausedEntry);
-  }
-
-  private knownTask(identifier: string): string {
-    const task = validateTaskIdentifier(identifier);
-    if (task === ALL_TASKS || this.tasks.get(task)) return task;
-    const { externalTasks } = this.options;
-    if (externalTasks === '*' || externalTasks.has(task)) return task;
-    throw new JobQueueError(
-      'JQ_UNKNOWN_TASK',
-      `pauseTask: no @Task('${task}') in this app: check the name, or list it in the externalTasks option if another app runs it ('*' pauses every task)`,
-    );
   }
 }
 

@@ -1,6 +1,7 @@
 import { checkDuration } from './duration';
 import { JobQueueError } from './errors';
 import { errorMessage } from './job-outcome';
+import { MAX_RATE_WINDOW_MS } from './limits';
 
 /** The longest snooze: a year. */
 const MAX_SNOOZE_MS = 366 * 24 * 3_600_000;
@@ -29,6 +30,21 @@ export class SnoozeJob extends JobQueueError {
     const delayMs = checkDuration('delay', delay, 0, 'JQ_INVALID_SPEC', 'SnoozeJob', MAX_SNOOZE_MS);
     super('JQ_JOB_SNOOZED', reason ?? `snoozed for ${delayMs} ms`);
     this.delayMs = delayMs;
+  }
+}
+
+/**
+ * Thrown by `ctx.rateLimited(retryAfter)` (a partner answered 429): the attempt ends without
+ * counting, as a snooze of `retryAfter` does, and the worker holds the task's starts on every
+ * worker until then (a row of `pauses` with an end: sql holdTask). BullMQ's RateLimitError.
+ */
+export class TaskRateLimited extends SnoozeJob {
+  constructor(
+    readonly task: string,
+    retryAfter: number | string,
+  ) {
+    const ms = checkDuration('retryAfter', retryAfter, 1, 'JQ_INVALID_LIMIT', 'ctx.rateLimited', MAX_RATE_WINDOW_MS);
+    super(ms, `rate limited: task ${task} holds its starts for ${ms} ms`);
   }
 }
 

@@ -66,6 +66,14 @@ export interface JobContext {
    */
   manager?: EntityManager;
   /**
+   * Ends this attempt without counting it and holds the task's starts on every worker for
+   * `retryAfter` (ms, or a duration such as '30s'; at most 31 days): call it when a partner
+   * answers 429. The job runs again after `retryAfter`, with the task's other jobs. It throws
+   * (the attempt's outcome), so nothing after it runs; a bad `retryAfter` throws
+   * JQ_INVALID_LIMIT, which fails the attempt as any error does. See docs/guides/limits.md.
+   */
+  rateLimited: (retryAfter: number | string) => never;
+  /**
    * Runs `fn` once per job and records what it returns (a durable step): a later attempt of
    * the job, after a failure, a timeout or a crash, gets the recorded value back without
    * running `fn` again. What comes back, then and the first time, is the value as JSON gives

@@ -1,4 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
+import type { RateLimit } from '../core/limits';
 
 export const TASK_METADATA = 'nestjs-job-queue:task';
 
@@ -34,6 +35,13 @@ export interface TaskOptions {
    * over the limit wait in the table, and hold up no other task. See docs/guides/limits.md.
    */
   globalConcurrency?: number;
+  /**
+   * At most `max` attempts of this task start in any window of length `per` (ms, or a duration
+   * such as '1m'), across every worker of the cluster: `{ max: 100, per: '1m' }`. Jobs held
+   * back wait in the table, their attempts not spent, and hold up no other task. A worker
+   * claims such a task only for its free slots (no prefetch). See docs/guides/limits.md.
+   */
+  rateLimit?: RateLimit;
   /** Replaces the default backoff, exp(min(10, attempts)) seconds. */
   retryDelay?: RetryDelay;
   /** Cron only: payload merged into `{ _cron }` of every scheduled job. */

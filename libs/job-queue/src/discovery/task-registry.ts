@@ -2,13 +2,13 @@ import { Injectable } from '@nestjs/common';
 import type { NestCronOptions } from './cron-metadata';
 import { checkDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
-import { checkConcurrencyLimit } from '../core/limits';
+import { checkConcurrencyLimit, checkRateLimit, type EffectiveLimits } from '../core/limits';
 import { validateJob } from '../core/validate-job-spec';
 import type { JobContext } from '../core/job-context';
 import type { TaskMetadata, TaskOptions } from '../decorators/task.decorator';
 
 /** Task options named for limits that this release does not enforce yet. */
-const NOT_YET = ['groupConcurrency', 'rateLimit', 'groupRateLimit'] as const;
+const NOT_YET = ['groupConcurrency', 'groupRateLimit'] as const;
 
 export type TaskHandler = (payload: unknown, ctx: JobContext) => unknown;
 
@@ -23,8 +23,8 @@ export interface RegisteredTask {
   cron?: NestCronOptions;
   /** The task's own `timeout`, in ms; the module's `jobTimeout` applies when it has none. */
   timeoutMs?: number;
-  /** The task's `globalConcurrency`, checked: at most this many attempts at once in the cluster. */
-  globalConcurrency?: number;
+  /** The task's `globalConcurrency` and `rateLimit`, checked (setTaskLimits may override them: control/task-limits.ts). */
+  limits: EffectiveLimits;
 }
 
 /**
@@ -67,11 +67,13 @@ export class TaskRegistry {
     // Limits of issue 27 not built yet: refused rather than silently ignored (a limit an app relies on must hold).
     for (const option of NOT_YET) {
       if ((meta.options as Record<string, unknown>)[option] !== undefined) {
-        throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: ${option} is not supported yet (globalConcurrency is): see docs/guides/limits.md`);
+        throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: ${option} is not supported yet (globalConcurrency and rateLimit are): see docs/guides/limits.md`);
       }
     }
-    const { globalConcurrency } = meta.options;
-    const limit = globalConcurrency === undefined ? undefined : checkConcurrencyLimit('globalConcurrency', globalConcurrency, where);
+    const { globalConcurrency, rateLimit } = meta.options;
+    const limits: EffectiveLimits = {};
+    if (globalConcurrency !== undefined) limits.concurrency = checkConcurrencyLimit('globalConcurrency', globalConcurrency, where);
+    if (rateLimit !== undefined) limits.rate = checkRateLimit('rateLimit', rateLimit, where);
     const existing = this.tasks.get(meta.identifier);
     if (existing) {
       throw new JobQueueError(
@@ -86,7 +88,7 @@ export class TaskRegistry {
       location,
       cron,
       timeoutMs,
-      globalConcurrency: limit,
+      limits,
     });
   }
 

@@ -113,6 +113,9 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
         this.lastFlowSweep = Date.now();
         await sweepFlows(this.pinned, workerTimeout);
       }
+      // Holds that are over (ctx.rateLimited): workers of this release ignore them, those of earlier ones read them as pauses until they are gone.
+      // Every worker of this release deletes them (a statement on a table of a few rows), so an old maintenance leader cannot keep them.
+      await this.pinned.run('deleteEndedHolds', []);
       if (!this.leader) return;
       // current(), not fresh(): the read would take a pool connection, which handlers may all hold
       await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger, this.audience.current());

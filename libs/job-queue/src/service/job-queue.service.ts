@@ -2,8 +2,10 @@ import { Inject, Injectable } from '@nestjs/common';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { JobFlows } from './job-flows';
+import { JobLimits } from '../control/job-limits';
 import { JobPauses } from '../control/job-pauses';
-import type { PausedEntry } from '../control/paused-set';
+import type { PausedEntry } from '../control/paused-entry';
+import type { TaskLimitsOverride } from '../core/limits';
 import { JobSchedules } from './job-schedules';
 import type { JobSchedule, ScheduleSpec } from '../core/schedule';
 import { readJobs } from './read-jobs';
@@ -39,6 +41,7 @@ export class JobQueueService {
     private readonly audience: QueueEventAudience,
     private readonly stream: QueueEventStream,
     private readonly pauses: JobPauses,
+    private readonly limits: JobLimits,
     private readonly schedules: JobSchedules,
     private readonly adder: JobAdder,
   ) {}
@@ -223,9 +226,24 @@ export class JobQueueService {
     return this.pauses.resumeTask(identifier);
   }
 
-  /** What is paused: tasks ('*' for all) and queues, with when. */
+  /** What is paused: tasks ('*' for all) and queues, with when; a task held by `ctx.rateLimited()` with when its hold ends. */
   listPaused(): Promise<PausedEntry[]> {
     return this.pauses.listPaused();
+  }
+
+  /**
+   * Overrides task `identifier`'s limits on every replica, until resetTaskLimits: each limit
+   * given replaces the decorator's (`{ globalConcurrency: 2 }`, `{ rateLimit: { max: 10, per:
+   * '1m' } }`), null removes it, and limits set by an earlier call stay. Workers follow within a
+   * notification's delay, at most a pollInterval (docs/guides/limits.md). Kept in the database.
+   */
+  setTaskLimits(identifier: string, limits: TaskLimitsOverride): Promise<void> {
+    return this.limits.setTaskLimits(identifier, limits);
+  }
+
+  /** Back to the limits task `identifier` declares in code, on every replica. */
+  resetTaskLimits(identifier: string): Promise<void> {
+    return this.limits.resetTaskLimits(identifier);
   }
 
   /** Deletes the pending job with this key; a job a worker holds is left alone (null is returned). */

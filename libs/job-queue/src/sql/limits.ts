@@ -1,27 +1,92 @@
 /**
- * Concurrency limits (`@Task(id, { globalConcurrency })`, control/task-limits.ts): a limited
- * task is left out of the general claim's tasks ($1 of claimJobs) and claimed by a claim of its
- * own, in one transaction on the claim connection (worker/limited-claim.ts):
+ * Task limits (`@Task(id, { globalConcurrency, rateLimit })`, overridden at run time by
+ * setTaskLimits; control/task-limits.ts): a limited task is left out of the general claim's
+ * tasks ($1 of claimJobs) and claimed by a claim of its own, in one transaction on the claim
+ * connection (worker/limited-claim.ts):
  *
- *   lockTaskLimit → countHeldJobs → claimJobs with $1 = [task], $3 = at most limit − held → commit
+ *   lockTaskLimit (and the limits set at run time) → countTaskSlots → claimJobs with $1 = [task], $3 = the free slots → recordStarts → commit
  *
  * The lock serialises the limited claims of one task across the cluster; each statement after
- * it takes a snapshot that sees every claim committed before the lock was granted, so `held` is
- * exact and the claim never takes more than the free slots. Held jobs are read from the rows
- * (`locked_by is not null`: running or prefetched), so every way an attempt ends (a release, a
- * rescue of a dead worker's jobs, a give-back, a cancel) frees its slot with no counter to keep.
- * `s` is the quoted schema.
+ * it takes a snapshot that sees every claim committed before the lock was granted, so what it
+ * counts is exact and the claim never takes more than the limits leave.
+ *
+ * - Concurrency: held jobs are read from the rows (`locked_by is not null`: running or
+ *   prefetched), so every way an attempt ends (a release, a rescue of a dead worker's jobs, a
+ *   give-back, a cancel) frees its slot with no counter to keep.
+ * - Rate: the starts of the window are rows of `task_starts`, one per claim, at the claim's
+ *   transaction time, which is also the `started_at` the claim gives its jobs. A claim at time
+ *   t counts the starts at t − per or later; whatever order the claims' times come in, the last
+ *   claim to record a start inside any window of length `per` counted every start recorded in
+ *   it before, so no such window holds more than `max`. The claim trims the task's rows older
+ *   than its window.
+ *
+ * `s` is the quoted schema, `tell` the notification that the controls changed.
  */
 
 import { advisoryLockClass } from './identifier';
 
-export function createLimitQueries(s: string) {
-  const lockClass = advisoryLockClass(s, 'task_limit');
-  return {
-    /** $1 task: the task's limit lock (two-int key: class, hash of the task) until the transaction ends. */
-    lockTaskLimit: `select pg_advisory_xact_lock(${lockClass}, hashtext($1::text))::text as locked`,
+/**
+ * In ms from now, when the window `w` (rows started_at, started; $2 the window's length in ms,
+ * $3 the rate's max) next has room for a start: when its newest row at which `max` starts are
+ * reached leaves the window (counted from that row, 1 ms after: a start exactly `per` old still
+ * counts). Null while it has room.
+ */
+const freesInMs = (w: string) => `(
+  select (extract(epoch from (x.started_at - now())) * 1000 + $2::bigint + 1)::float8
+  from (select started_at, sum(started) over (order by started_at desc) as newer from ${w}) x
+  where x.newer >= $3::int
+  order by x.started_at desc limit 1)`;
 
-    /** $1 task: how many of its jobs workers hold (claimed, running or prefetched), read from jobs_locked_by_idx. */
-    countHeldJobs: `select count(*)::int as held from ${s}.jobs j where j.locked_by is not null and j.task_identifier = $1::text`,
+export function createLimitQueries(s: string, tell: string) {
+  const lockClass = advisoryLockClass(s, 'task_limit');
+  /** The task $1's starts within $2 ms of the transaction's time. */
+  const windowOf = `select started_at, started from ${s}.task_starts where task_identifier = $1::text and started_at >= now() - $2::bigint * interval '1 millisecond'`;
+  return {
+    /**
+     * $1 task: the task's limit lock (two-int key: class, hash of the task) until the transaction
+     * ends, and the limits set for it at run time (null for none), so that a claim that begins
+     * after setTaskLimits returned follows them, whatever the worker has heard.
+     */
+    lockTaskLimit: `select pg_advisory_xact_lock(${lockClass}, hashtext($1::text))::text as locked,
+      (select l.limits from ${s}.task_limits l where l.task_identifier = $1::text) as override`,
+
+    /**
+     * $1 task, $2 its rate's window in ms and $3 its max (null, null without a rate): how many of
+     * its jobs workers hold (claimed, running or prefetched, from jobs_locked_by_idx), how many
+     * started within the window, and in how many ms the window has room again when it has none.
+     */
+    countTaskSlots: `
+      with w as (${windowOf})
+      select (select count(*) from ${s}.jobs j where j.locked_by is not null and j.task_identifier = $1::text)::int as held,
+        coalesce((select sum(started) from w), 0)::int as started,
+        ${freesInMs('w')} as frees_in_ms`,
+
+    /**
+     * $1 task, $2 window ms, $3 max, $4 jobs this claim started: records them at the claim's
+     * time, trims the task's starts older than the window, and says in how many ms the window,
+     * these included, has room again (null: it has room now).
+     */
+    recordStarts: `
+      with trimmed as (delete from ${s}.task_starts where task_identifier = $1::text and started_at < now() - $2::bigint * interval '1 millisecond'),
+      recorded as (insert into ${s}.task_starts (task_identifier, started_at, started) values ($1::text, now(), $4::int)),
+      w as (${windowOf} union all select now(), $4::int)
+      select ${freesInMs('w')} as frees_in_ms`,
+
+    /** Every task's limits set at run time (setTaskLimits): the JSON object of what each overrides. */
+    readTaskLimits: `select task_identifier, limits from ${s}.task_limits`,
+
+    /** $1 task, $2 the limits it overrides (a JSON object): merged into what was set before; tells the workers. Returns what is now set. */
+    setTaskLimits: `
+      with saved as (
+        insert into ${s}.task_limits (task_identifier, limits) values ($1::text, $2::jsonb)
+        on conflict (task_identifier) do update set limits = ${s}.task_limits.limits || excluded.limits, updated_at = now()
+        returning limits
+      ), told as (${tell})
+      select (select limits from saved) as limits, (select count(*) from told)::int as told`,
+
+    /** $1 task: back to the decorator's limits; tells the workers. */
+    resetTaskLimits: `
+      with gone as (delete from ${s}.task_limits where task_identifier = $1::text returning 1), told as (${tell})
+      select (select count(*) from gone)::int as reset, (select count(*) from told)::int as told`,
   };
 }

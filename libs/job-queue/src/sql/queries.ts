@@ -21,8 +21,8 @@
  *   sql/schema-objects.ts  what a schema holds (tables, columns, functions, indexes): the CLI's validate
  *   sql/queue-events.ts cluster-wide events: who listens, and publishing them (release, cancel)
  *   sql/steps.ts        durable steps (ctx.step): loadJobSteps, recordJobStep, readJobStep, listJobSteps
- *   sql/pauses.ts       pause, resume, listPaused (what the claims leave out: sql/claim.ts $1 and $6)
- *   sql/limits.ts       lockTaskLimit, countHeldJobs (the claim of a task with globalConcurrency)
+ *   sql/pauses.ts       pause, resume, holdTask, listPaused (what the claims leave out: sql/claim.ts $1 and $6)
+ *   sql/limits.ts       lockTaskLimit, countTaskSlots, recordStarts (the claim of a limited task), task limits set at run time
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
  * to finished_jobs, its errors, telling waiters), sql/queue-head.ts (a named queue's head),
@@ -40,7 +40,7 @@ import { cancelChannel, eventsChannel, finishedChannel, jobsChannel, quoteIdenti
 import { createLimitQueries } from './limits';
 import { createMaintenanceQueries } from './maintenance';
 import { createOperationsQueries } from './operations';
-import { createPauseQueries } from './pauses';
+import { createPauseQueries, tellControlsChanged } from './pauses';
 import { createQueueEventQueries } from './queue-events';
 import { createReadQueries } from './read';
 import { createReleaseQueries } from './release';
@@ -78,7 +78,7 @@ export function createQueries(schema: string) {
     ...createQueueEventQueries(s, channel, events),
     ...createStepQueries(s),
     ...createPauseQueries(s, channel),
-    ...createLimitQueries(s),
+    ...createLimitQueries(s, tellControlsChanged(channel)),
   };
 }
 

@@ -3,7 +3,7 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { parseDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
-import { toPausedEntry, type PausedEntry, type PausedRow } from '../control/paused-set';
+import { toPausedEntry, type PausedEntry, type PausedRow } from '../control/paused-entry';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { JobQueueWorker } from '../worker/job-queue.worker';
 

@@ -4,6 +4,7 @@ import type { Job } from '../core/job';
 import type { JobMiddleware } from '../core/middleware';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
+import { TaskRateLimited } from '../core/handler-outcomes';
 import type { ValidJob } from '../core/validate-job-spec';
 import { AttemptSteps, type StepStore } from './durable-steps';
 
@@ -85,6 +86,18 @@ const CONTINUE_WITH: PropertyDescriptor = {
   configurable: true,
 };
 
+// ctx.rateLimited: made when read, bound to its task.
+const RATE_LIMITED: PropertyDescriptor = {
+  get(this: WithLazy) {
+    const task = this[LAZY].job.taskIdentifier;
+    return (retryAfter: number | string): never => {
+      throw new TaskRateLimited(task, retryAfter);
+    };
+  },
+  enumerable: true,
+  configurable: true,
+};
+
 const NO_DEPENDENCIES: JobContext['dependencyResults'] = async () => ({});
 const NO_CONTINUATION: JobContext['continueWith'] = () => {
   throw new JobQueueError('JQ_INVALID_FLOW', 'continueWith needs a worker: this attempt has no job row to continue');
@@ -133,6 +146,7 @@ export function handlerContext(job: Job, context: RunJobContext): JobContext {
   Object.defineProperty(ctx, 'dependencyResults', DEPENDENCY_RESULTS);
   Object.defineProperty(ctx, 'continueWith', CONTINUE_WITH);
   Object.defineProperty(ctx, 'step', STEP);
+  Object.defineProperty(ctx, 'rateLimited', RATE_LIMITED);
   return ctx;
 }
 

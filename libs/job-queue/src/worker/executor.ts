@@ -2,7 +2,7 @@ import { claimOf } from '../core/claim-token';
 import { Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
-import { BatchJobFailure, PermanentJobError, SnoozeJob } from '../core/handler-outcomes';
+import { BatchJobFailure, PermanentJobError, SnoozeJob, TaskRateLimited } from '../core/handler-outcomes';
 import type { Job } from '../core/job';
 import type { JobContext } from '../core/job-context';
 import { errorCode, errorMessage, type JobOutcome } from '../core/job-outcome';
@@ -235,6 +235,7 @@ export class Executor extends WorkerPart {
     if (state.stopping && entry.aborted && !entry.timedOut && !entry.kept) return;
     const message = errorMessage(error);
     if (error instanceof SnoozeJob) {
+      if (error instanceof TaskRateLimited) this.holdTask(error.task, error.delayMs);
       batcher.fail({ id: job.id, claim: entry.claim, error: message, code: error.code, delayMs: error.delayMs, progress });
       events.emit({ type: 'job:snoozed', job, until: new Date(Date.now() + error.delayMs), durationMs });
       events.emit({ type: 'job:complete', job, error });
@@ -255,6 +256,12 @@ export class Executor extends WorkerPart {
       if (job.queueName !== null) events.emit({ type: 'queue:blocked', queueName: job.queueName, job, error, retryAt });
     }
     events.emit({ type: 'job:complete', job, error });
+  }
+
+  /** ctx.rateLimited: holds the task here at once, and on every worker once the hold is written (sql holdTask). */
+  private holdTask(task: string, ms: number): void {
+    this.controls.hold(task, ms);
+    this.db.run('holdTask', [task, ms]).catch((error: unknown) => this.events.reportError(this.membership.workerId, 'release', error));
   }
 
   /** A handler's return value as the JSON text kept with the completed job: null for none. */

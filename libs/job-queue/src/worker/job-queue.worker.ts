@@ -4,8 +4,8 @@ import type { Observable } from 'rxjs';
 import type { JobQueueEvent } from '../core/events';
 import type { JobContext } from '../core/job-context';
 import { JOB_QUEUE_OPTIONS, keepsCompleted, type ResolvedJobQueueOptions } from '../core/options';
-import { PausedSet } from '../control/paused-set';
-import { PAUSES_CHANGED } from '../sql/pauses';
+import { Controls } from '../control/controls';
+import { CONTROLS_CHANGED } from '../sql/pauses';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { concurrencyForPool, poolSizeWarning } from '../db/pool-size';
 import { TaskRegistry } from '../discovery/task-registry';
@@ -48,8 +48,8 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
   private readonly executor: Executor;
   private readonly producer: Producer;
   private readonly localSlots: LocalSlots;
-  /** What is paused, read at start, when told (jobs channel, payload `paused`) and at each poll (control/paused-set.ts). */
-  private readonly paused: PausedSet;
+  /** What is paused and the limits set at run time, read at start, when told (jobs channel, CONTROLS_CHANGED) and at each poll (control/controls.ts). */
+  private readonly controls: Controls;
   /** runUntilIdle() calls under way. */
   private idleRuns = 0;
   /** The notice that it polls (transactionPooling without listenUrl) was logged. */
@@ -74,12 +74,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     this.state = new WorkerState(this.createBatcher(membership.workerId));
     const addJob = ((identifier, ...args) => jobs.add(identifier, ...args)) as JobContext['addJob'];
     const launch = (job: Parameters<Executor['launch']>[0]) => this.executor.launch(job);
-    this.paused = new PausedSet(
+    this.controls = new Controls(
       // On the claim connection, as the claims that wait for it: the pinned one may be busy with a maintenance sweep waiting for a lock.
-      () => this.producer.readPauses(),
+      () => this.producer.readControls(),
       (error) => events.reportError(membership.workerId, 'claim', error),
+      () => void this.producer.wake(),
     );
-    const parts = { state: this.state, membership, db, options, tasks, events, audience, paused: this.paused };
+    const parts = { state: this.state, membership, db, options, tasks, events, audience, controls: this.controls };
     this.executor = new Executor(parts, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms), flows);
     this.producer = new Producer(parts, launch);
     this.localSlots = new LocalSlots(parts, this.producer, launch, () => this.ownScope);
@@ -125,7 +126,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       registered: this.membership.isMember,
       lastHeartbeatAt: this.membership.lastHeartbeat,
       runningJobs: this.state.running.size,
-      paused: this.paused.list,
+      paused: this.controls.list,
     };
   }
 
@@ -141,13 +142,13 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       if (channel === cancels) this.executor.cancel([payload ?? '']);
       else if (payload === 'listeners') void this.audience.refresh(); // a listener of queue events came or went
       else {
-        // Pauses changed (read before the next claim), or (re)connected: a change may have gone unheard.
-        if (payload === PAUSES_CHANGED || channel === undefined) this.paused.markStale();
+        // Pauses or limits changed (read before the next claim), or (re)connected: a change may have gone unheard.
+        if (payload === CONTROLS_CHANGED || channel === undefined) this.controls.markStale();
         if (channel === undefined) void this.audience.refresh();
         void producer.wake();
       }
     });
-    await Promise.all([this.audience.refresh(), this.paused.refresh()]);
+    await Promise.all([this.audience.refresh(), this.controls.refresh()]);
     await membership.register();
     // The listener's first wake-up may have claimed before the row existed (claims need it), and found nothing.
     void producer.wake();

@@ -1,3 +1,4 @@
+import { mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { ClaimConnection } from './claim-connection';
 import type { ClaimedRow } from './claimed-job';
@@ -15,30 +16,61 @@ export interface ClaimArgs {
 
 export interface LimitedClaimResult {
   rows: ClaimedRow[];
-  /** Filled what the worker asked for and found as many candidates: more may be waiting within the limit. */
+  /** Filled what the worker asked for and found as many candidates: more may be waiting within the limits. */
   more: boolean;
-  /** The limit was reached (held by the cluster, this claim included) with jobs possibly waiting: claim again when a slot frees. */
+  /** The concurrency limit was reached (held by the cluster, this claim included) with jobs possibly waiting: claim again when a slot frees. */
   capped: boolean;
+  /** The rate limit was reached: in how many ms its window has room again (undefined while it has room). */
+  rateFreesInMs?: number;
+  /** A rate-limited task that may have more jobs within its limits, claimed only into free slots: claim again when a slot frees. */
+  wantsSlot: boolean;
+}
+
+interface Slots {
+  held: number;
+  started: number;
+  frees_in_ms: number | null;
 }
 
 /**
- * The claim of one task with a `globalConcurrency` limit (sql/limits.ts): in one transaction on
- * the claim connection, the task's advisory lock, then how many of its jobs are held, then the
- * ordinary claim (sql claimJobs) of that task alone for at most limit − held jobs, prefetch
- * included. Claims of the same task in other processes wait for the lock and count after this
- * one committed, so the limit is never exceeded; other tasks' claims never take it.
+ * The claim of one limited task (sql/limits.ts): in one transaction on the claim connection,
+ * the task's advisory lock and the limits set for it at run time (over `declared`, the
+ * decorator's), then how many of its jobs are held and how many started within its rate's
+ * window, then the ordinary claim (sql claimJobs) of that task alone for what the limits leave,
+ * then the record of the starts. Claims of the same task in other processes wait for the lock
+ * and count after this one committed, so no limit is ever exceeded; other tasks' claims never
+ * take it. A rate-limited task is claimed only into free slots: a prefetched job would start
+ * later than the start its claim counted. The caller skips a rate-limited task it knows of
+ * when no slot is free.
  */
-export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection, task: string, limit: number, args: ClaimArgs): Promise<LimitedClaimResult> {
-  let slots = 0;
+export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection, task: string, declared: EffectiveLimits, args: ClaimArgs): Promise<LimitedClaimResult> {
+  let limits = declared;
+  let room = Infinity;
   let asked = 0;
+  let rateFreesInMs: number | undefined;
   const rows = await claims.transaction(async (client) => {
-    await db.runOn(client, 'lockTaskLimit', [task]);
-    const [{ held }] = await db.runOn<{ held: number }>(client, 'countHeldJobs', [task]);
-    slots = limit - held;
-    asked = Math.min(args.room, slots);
+    const [{ override }] = await db.runOn<{ override: StoredLimits | null }>(client, 'lockTaskLimit', [task]);
+    limits = mergeLimits(declared, override ?? undefined);
+    const { concurrency = Infinity, rate } = limits;
+    if (rate && args.free <= 0) return [];
+    const window = rate ? [rate.perMs, rate.max] : [null, null];
+    const [slots] = await db.runOn<Slots>(client, 'countTaskSlots', [task, ...window]);
+    room = concurrency - slots.held;
+    const rateRoom = rate ? rate.max - slots.started : Infinity;
+    if (rateRoom <= 0) rateFreesInMs = slots.frees_in_ms ?? 0;
+    asked = Math.min(rate ? args.free : args.room, room, rateRoom);
     if (asked <= 0) return [];
-    return db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, Math.min(args.free, asked), args.pausedQueues]);
+    const claimed = await db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, Math.min(args.free, asked), args.pausedQueues]);
+    if (rate && claimed.length > 0) {
+      const [recorded] = await db.runOn<{ frees_in_ms: number | null }>(client, 'recordStarts', [task, ...window, claimed.length]);
+      rateFreesInMs = recorded.frees_in_ms ?? undefined;
+    }
+    return claimed;
   });
   const full = rows.length > 0 && rows[0].candidate_count >= asked;
-  return { rows, more: full && asked < slots, capped: slots <= 0 || (full && asked === slots) };
+  const capped = room <= 0 || (full && asked === room);
+  if (!limits.rate) return { rows, more: full && asked < room, capped, wantsSlot: false };
+  // A rate-limited claim takes the free slots only: with more waiting, the next claim comes when a slot frees, not in this fetch round.
+  const mayHaveMore = args.free <= 0 || full;
+  return { rows, more: false, capped, rateFreesInMs, wantsSlot: mayHaveMore && !capped && rateFreesInMs === undefined };
 }

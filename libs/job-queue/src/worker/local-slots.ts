@@ -26,10 +26,10 @@ export class LocalSlots extends WorkerPart implements LocalStarter {
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
     const { state, producer } = this;
     if (!state.started || state.stopping || !this.membership.isMember || !this.tasks.get(task)) return undefined;
-    // A task with globalConcurrency starts only through its own claim, which counts the slots held in the cluster.
-    if (producer.limits.limitOf(task) !== undefined) return undefined;
+    // A limited task (globalConcurrency, rateLimit) starts only through its own claim, which counts what the cluster holds and started.
+    if (producer.limits.isLimited(task)) return undefined;
     // Paused (as this worker knows it), or a read of the pauses is due: the job waits in the table for a claim.
-    if (!this.paused.runs(task) || this.paused.isStale) return undefined;
+    if (!this.controls.runs(task) || this.controls.isStale) return undefined;
     if (state.prefetched.length > 0 || producer.moreMayBeWaiting || state.busySlots >= state.concurrency) return undefined;
     // A give-back of the rows locked for us that we do not know is due: it must not take the job of an insert in flight.
     if (producer.claimReplyLost) return undefined;

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { backoffMs, sleep } from '../core/backoff';
 import type { Job } from '../core/job';
-import type { PausedRow } from '../control/paused-set';
+import type { ControlRows } from '../control/controls';
 import { TaskLimits } from '../control/task-limits';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
@@ -24,10 +24,14 @@ export class Producer extends WorkerPart {
   private readonly prefetch: PrefetchSizer;
   /** The connection claims run on (claim-connection.ts). */
   private readonly claims: ClaimConnection;
-  /** Which tasks have a globalConcurrency: claimed apart (limited-claim.ts). */
+  /** Which tasks have a globalConcurrency or a rateLimit: claimed apart (limited-claim.ts). */
   readonly limits: TaskLimits;
   /** A limited task's last claim found its limit reached: the next written release (which may free a slot) wakes the fetch. */
   private limitReached = false;
+  /** A rate-limited task's last claim took every free slot and may have more: the next freed slot wakes the fetch. */
+  private slotWanted = false;
+  /** Wakes the fetch when a rate-limited task's window has room again. */
+  private rateTimer?: NodeJS.Timeout;
   /** The last claim round claimed the limited tasks before the others (they take turns). */
   private limitedFirst = false;
   private pollTimer?: NodeJS.Timeout;
@@ -52,13 +56,13 @@ export class Producer extends WorkerPart {
     super(parts);
     this.prefetch = new PrefetchSizer(() => this.state.concurrency);
     this.claims = new ClaimConnection(() => this.db.pool, this.options.transactionPooling);
-    this.limits = new TaskLimits(this.tasks);
+    this.limits = new TaskLimits(this.tasks, this.controls);
   }
 
   /** Polls every pollInterval, for future, retried and unnotified jobs. */
   startPolling(): void {
     this.pollTimer = setInterval(() => {
-      this.paused.markStale(); // the fallback for a lost notification of a pause
+      this.controls.markStale(); // the fallback for a lost notification of a pause or a limit
       void this.wake();
     }, this.options.pollInterval);
   }
@@ -67,12 +71,14 @@ export class Producer extends WorkerPart {
   async stopFetching(): Promise<void> {
     clearInterval(this.pollTimer);
     clearTimeout(this.retryTimer);
+    clearTimeout(this.rateTimer);
     await this.fetchChain;
   }
 
-  /** The pauses (sql listPaused), read on the claim connection, for the worker's PausedSet. */
-  readPauses(): Promise<PausedRow[]> {
-    return this.claims.run((client) => this.db.runOn<PausedRow>(client, 'listPaused', []));
+  /** The pauses and the limits set at run time (sql listPaused, readTaskLimits), read on the claim connection, for the worker's Controls. */
+  readControls(): Promise<ControlRows> {
+    const read = async (client: Parameters<Parameters<ClaimConnection['run']>[0]>[0]) => [{ pauses: await this.db.runOn(client, 'listPaused', []), limits: await this.db.runOn(client, 'readTaskLimits', []) } as ControlRows];
+    return this.claims.run(read).then(([rows]) => rows);
   }
 
   closeClaims(): Promise<void> {
@@ -129,7 +135,7 @@ export class Producer extends WorkerPart {
   slotFreed(durationMs?: number): void {
     if (durationMs !== undefined) this.prefetch.record(durationMs);
     this.startPrefetched();
-    if (durationMs !== undefined && this.moreMayBeWaiting && this.state.prefetched.length <= this.prefetch.target / 2) void this.wake();
+    if (durationMs !== undefined && (this.moreMayBeWaiting || this.slotWanted) && this.state.prefetched.length <= this.prefetch.target / 2) void this.wake();
   }
 
   /** Starts prefetched jobs while slots are free, in the order they were claimed. */
@@ -151,13 +157,13 @@ export class Producer extends WorkerPart {
    */
   private async fetchCycle(): Promise<number> {
     const { state } = this;
-    const { paused } = this;
+    const { controls } = this;
     let total = 0;
     while (!state.stopping) {
       // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
-      if (paused.isStale) await paused.fresh();
-      // Limited tasks (globalConcurrency) leave the general claim, as paused ones do, for claims of their own.
-      const { unlimited, limited } = this.limits.split(paused.claimTasks(this.tasks.identifiers()));
+      if (controls.isStale) await controls.fresh();
+      // Limited tasks (globalConcurrency, rateLimit) leave the general claim, as paused ones do, for claims of their own.
+      const { unlimited, limited } = this.limits.split(controls.claimTasks(this.tasks.identifiers()));
       if ((unlimited.length === 0 && limited.length === 0) || state.stopping) break;
       const free = Math.max(0, state.concurrency - state.busySlots);
       // Backpressure: what this worker holds, releases not yet written included, stays under maxHeld.
@@ -175,7 +181,7 @@ export class Producer extends WorkerPart {
       let more = false;
       this.claiming = true;
       try {
-        const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: paused.queues };
+        const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: controls.queues };
         // Whichever claim goes first may fill the room: with both kinds of task, they take
         // turns at going first, so that neither starves while the other keeps the slots full.
         this.limitedFirst = limited.length > 0 && unlimited.length > 0 && !this.limitedFirst;
@@ -239,11 +245,15 @@ export class Producer extends WorkerPart {
   /**
    * Claims each limited task's jobs (limited-claim.ts) into what the general claim left of the
    * room, appending them to `rows`; returns whether one of them filled what it asked for
-   * within its limit (more may be waiting). Notes whether a limit was reached.
+   * within its limits (more may be waiting). Notes whether a concurrency limit was reached or a
+   * rate-limited task waits for a slot, and wakes the fetch when the first rate window that is
+   * full has room again.
    */
   private async claimLimitedTasks(limited: string[], rows: ClaimedRow[], args: ClaimArgs): Promise<boolean> {
     let more = false;
     let reached = false;
+    let wanted = false;
+    let nextRoomInMs = Infinity;
     for (const task of limited) {
       const room = args.room - rows.length;
       if (room <= 0) {
@@ -251,12 +261,24 @@ export class Producer extends WorkerPart {
         break;
       }
       const free = Math.max(0, args.free - rows.length);
-      const claimed = await claimLimited(this.db, this.claims, task, this.limits.limitOf(task)!, { ...args, room, free });
+      // A rate-limited task starts only into free slots: with none, it waits for one.
+      if (free === 0 && this.limits.limitsOf(task)?.rate) {
+        wanted = true;
+        continue;
+      }
+      const claimed = await claimLimited(this.db, this.claims, task, this.limits.declaredOf(task), { ...args, room, free });
       rows.push(...claimed.rows);
       more ||= claimed.more;
       reached ||= claimed.capped;
+      wanted ||= claimed.wantsSlot;
+      if (claimed.rateFreesInMs !== undefined) nextRoomInMs = Math.min(nextRoomInMs, claimed.rateFreesInMs);
     }
     this.limitReached = reached;
+    this.slotWanted = wanted;
+    if (nextRoomInMs !== Infinity) {
+      clearTimeout(this.rateTimer);
+      this.rateTimer = setTimeout(() => void this.wake(), Math.ceil(nextRoomInMs));
+    }
     return more;
   }
 

@@ -1,4 +1,5 @@
-import type { PausedEntry, PausedSet } from '../control/paused-set';
+import type { Controls } from '../control/controls';
+import type { PausedEntry } from '../control/paused-entry';
 import type { Job } from '../core/job';
 import type { ResolvedJobQueueOptions } from '../core/options';
 import type { JobQueueDatabase } from '../db/job-queue-database';
@@ -72,8 +73,8 @@ export interface WorkerParts {
   readonly events: JobQueueEvents;
   /** What the cluster's listeners of queue events want: the release publishes it. */
   readonly audience: QueueEventAudience;
-  /** What is paused, as this worker last read it: its claims and local starts leave it out. */
-  readonly paused: PausedSet;
+  /** What is paused and the limits set at run time, as this worker last read them: its claims and local starts follow them. */
+  readonly controls: Controls;
 }
 
 /** A part of the worker (producer, executor, local slots): the shared parts as its own fields. */
@@ -85,9 +86,9 @@ export abstract class WorkerPart {
   protected readonly tasks: TaskRegistry;
   protected readonly events: JobQueueEvents;
   protected readonly audience: QueueEventAudience;
-  protected readonly paused: PausedSet;
+  protected readonly controls: Controls;
 
   constructor(parts: WorkerParts) {
-    ({ state: this.state, membership: this.membership, db: this.db, options: this.options, tasks: this.tasks, events: this.events, audience: this.audience, paused: this.paused } = parts);
+    ({ state: this.state, membership: this.membership, db: this.db, options: this.options, tasks: this.tasks, events: this.events, audience: this.audience, controls: this.controls } = parts);
   }
 }

@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { after, afterEach, before, describe, it } from 'node:test';
+import type { Client } from 'pg';
+import { createTestApp, type TestApp } from '../support/app';
+import { connect, createTestDatabase } from '../support/database';
+import { waitFor } from '../support/wait';
+import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
+
+/**
+ * The most starts of `jobIds` inside any closed window of `perMs`, by the jobs' `started_at`
+ * (the claim's time, which getJob() reports): for each start, how many started from it to
+ * `perMs` after it.
+ */
+async function mostStartsInWindow(sql: Client, jobIds: string[], perMs: number): Promise<number> {
+  const { rows } = await sql.query<{ most: number }>(
+    `with s as (select started_at from job_queue.finished_jobs where id = any($1::bigint[]))
+     select coalesce(max((select count(*) from s o where o.started_at >= w.started_at and o.started_at <= w.started_at + $2 * interval '1 millisecond')), 0)::int as most
+     from s w`,
+    [jobIds, perMs],
+  );
+  return rows[0].most;
+}
+
+/** First and last start of `jobIds`, in ms, and how many finished. */
+async function startSpan(sql: Client, jobIds: string[]): Promise<{ spanMs: number; finished: number }> {
+  const { rows } = await sql.query<{ span_ms: number; finished: number }>(
+    `select (extract(epoch from max(started_at) - min(started_at)) * 1000)::float8 as span_ms, count(*)::int as finished
+     from job_queue.finished_jobs where id = any($1::bigint[]) and state = 'completed'`,
+    [jobIds],
+  );
+  return { spanMs: rows[0].span_ms, finished: rows[0].finished };
+}
+
+/**
+ * `@Task('limited', { rateLimit: { max: 5, per: 1000 } })` across 3 worker processes at
+ * concurrency 10 (issue 27.3): no window of a second holds more than 5 starts, whether the
+ * processes race for a backlog or are woken together, and the limit is used: 25 jobs take
+ * about 4 windows, not 25. And setTaskLimits changes the limit of running workers.
+ */
+describe('rateLimit across worker processes', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let sql: Client;
+  let t: TestApp;
+  let processes: WorkerProcess[] = [];
+
+  before(async () => {
+    db = await createTestDatabase('rate_limit');
+    sql = await connect(db.url);
+    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: ['limited'] } });
+    await sql.query(`create table limited_runs (
+      job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz,
+      primary key (job_id, attempt))`);
+  });
+  afterEach(async () => {
+    for (const p of processes) await p.terminate();
+    processes = [];
+    await stopWorkerProcesses();
+  });
+  after(async () => {
+    await stopWorkerProcesses();
+    await t?.close();
+    await sql?.end();
+    await db?.drop();
+  });
+
+  const add = async (count: number) => (await t.jobs.addMany(Array.from({ length: count }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 0, n } as never })))).map((job) => job.id);
+  const finished = async (ids: string[]) => (await startSpan(sql, ids)).finished === ids.length;
+
+  it('25 jobs across three processes: at most 5 start in any second, and they take about 4 seconds, not 25', async () => {
+    const backlog = await add(25);
+    processes = await startWorkerProcesses(3, { url: db.url, concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
+    await waitFor('the backlog to run', () => finished(backlog), 30_000);
+    assert.equal(await mostStartsInWindow(sql, backlog, 1000), 5, 'the most starts in a second is the limit');
+    const { spanMs } = await startSpan(sql, backlog);
+    // 25 starts at 5 a second need 4 whole windows between the first and the last; a limit used to the full takes little more.
+    assert.ok(spanMs > 4000, `the starts spread over more than 4 s (${spanMs} ms)`);
+    assert.ok(spanMs < 12_000, `the limit was used: 25 jobs started within ${spanMs} ms`);
+
+    // Added while the three are idle: the NOTIFY wakes their claims together.
+    const woken = await add(10);
+    await waitFor('the second batch to run', () => finished(woken), 30_000);
+    assert.equal(await mostStartsInWindow(sql, [...backlog, ...woken], 1000), 5, 'across both batches too');
+    const { rows } = await sql.query<{ runs: number; pids: number }>('select count(*)::int as runs, count(distinct pid)::int as pids from limited_runs where job_id = any($1::bigint[])', [[...backlog, ...woken]]);
+    assert.equal(rows[0].runs, 35, 'each job ran once');
+    assert.ok(rows[0].pids >= 2, `more than one process ran them (${rows[0].pids})`);
+    const { rows: attempts } = await sql.query<{ attempts: number }>('select distinct attempts from job_queue.finished_jobs where id = any($1::bigint[])', [backlog]);
+    assert.deepEqual(attempts, [{ attempts: 1 }], 'jobs held back spent no attempt');
+  });
+
+  it('setTaskLimits changes the rate of running workers, and resetTaskLimits brings the declared one back', async () => {
+    processes = await startWorkerProcesses(3, { url: db.url, concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
+    await t.jobs.setTaskLimits('limited', { rateLimit: { max: 2, per: '1s' } });
+    const slower = await add(8);
+    await waitFor('the jobs under the lower limit to run', () => finished(slower), 30_000);
+    assert.equal(await mostStartsInWindow(sql, slower, 1000), 2, 'at most 2 a second under the new limit');
+    assert.ok((await startSpan(sql, slower)).spanMs > 3000, '8 jobs at 2 a second take more than 3 s');
+
+    // A concurrency limit over the same task, the rate removed: both limits are the override's.
+    await t.jobs.setTaskLimits('limited', { rateLimit: null, globalConcurrency: 1 });
+    const serial = (await t.jobs.addMany(Array.from({ length: 6 }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 100, n } as never })))).map((job) => job.id);
+    await waitFor('the serial jobs to run', () => finished(serial), 30_000);
+    const { rows: overlap } = await sql.query<{ n: number }>(
+      `select count(*)::int as n from limited_runs a join limited_runs b on a.job_id < b.job_id
+       where a.job_id = any($1::bigint[]) and b.job_id = any($1::bigint[]) and a.started_at < b.ended_at and b.started_at < a.ended_at`,
+      [serial],
+    );
+    assert.equal(overlap[0].n, 0, 'globalConcurrency 1: no two attempts overlapped');
+    assert.equal(await mostStartsInWindow(sql, serial, 1000) > 2, true, 'the rate limit is gone: more than 2 started in a second');
+
+    await t.jobs.resetTaskLimits('limited');
+    const declared = await add(12);
+    await waitFor('the jobs under the declared limit to run', () => finished(declared), 30_000);
+    assert.equal(await mostStartsInWindow(sql, declared, 1000), 5, 'the declared 5 a second again');
+  });
+});
