@@ -24,7 +24,7 @@ const LAYERS = {
   worker: ['core', 'sql', 'db', 'peers', 'telemetry', 'events', 'discovery', 'service', 'control'],
   maintenance: ['core', 'sql', 'db', 'events'],
   cron: ['core', 'sql', 'db', 'events', 'discovery'],
-  dashboard: ['core', 'sql', 'db', 'discovery', 'service', 'worker'],
+  dashboard: ['core', 'sql', 'db', 'discovery', 'control', 'service', 'worker'],
   terminus: ['core', 'sql', 'db', 'worker', 'control'],
   testing: ['core', 'sql', 'db', 'peers', 'discovery', 'service', 'worker', 'control'],
   // the bin: the package's SQL and migrations runner on a DataSource of its own, no Nest app

@@ -7,9 +7,10 @@ import { quoteIdentifier } from './names';
  * `ctx.rateLimited(retryAfter)`, `setTaskLimits` / `resetTaskLimits`):
  *
  * - `task_starts`: the starts of rate-limited tasks, one row per claim (`started` jobs at
- *   `started_at`, the claim's transaction time, which is also the jobs' `started_at`). A rate
- *   limited claim counts the rows of its window under the task's advisory lock, and trims the
- *   rows older than it. Only rate-limited tasks write here.
+ *   `started_at`, the claim's transaction time, which is also the jobs' `started_at`; `per_ms`,
+ *   the window it was counted in). A rate-limited claim counts the rows of its window under the
+ *   task's advisory lock; the maintenance leader deletes rows older than their window and than
+ *   an hour. Only rate-limited tasks write here.
  * - `task_limits`: a task's limits set at run time, as a JSON object of the limits it overrides
  *   (`globalConcurrency`, `rateLimit: { max, perMs }`; a key with null removes that limit). Read
  *   by every worker as it reads `pauses`.
@@ -31,7 +32,8 @@ export function createTaskLimitsMigration(schema: string): new () => JobQueueMig
           create table if not exists ${s}.task_starts (
             task_identifier text not null,
             started_at timestamptz not null,
-            started integer not null check (started > 0)
+            started integer not null check (started > 0),
+            per_ms bigint not null
           )`);
         await q.query(`create index if not exists task_starts_task_time_idx on ${s}.task_starts (task_identifier, started_at)`);
         await q.query(`

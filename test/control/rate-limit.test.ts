@@ -46,7 +46,8 @@ describe('rateLimit across worker processes', () => {
   before(async () => {
     db = await createTestDatabase('rate_limit');
     sql = await connect(db.url);
-    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: ['limited'] } });
+    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: ['limited', 'nap'] } });
+    await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
     await sql.query(`create table limited_runs (
       job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz,
       primary key (job_id, attempt))`);
@@ -105,11 +106,25 @@ describe('rateLimit across worker processes', () => {
       [serial],
     );
     assert.equal(overlap[0].n, 0, 'globalConcurrency 1: no two attempts overlapped');
-    assert.equal(await mostStartsInWindow(sql, serial, 1000) > 2, true, 'the rate limit is gone: more than 2 started in a second');
+    const [entry] = (await t.jobs.listTaskLimits()).filter((e) => e.task === 'limited');
+    assert.deepEqual(entry.limits, { concurrency: 1 }, 'the rate is removed, the concurrency set');
 
     await t.jobs.resetTaskLimits('limited');
     const declared = await add(12);
     await waitFor('the jobs under the declared limit to run', () => finished(declared), 30_000);
     assert.equal(await mostStartsInWindow(sql, declared, 1000), 5, 'the declared 5 a second again');
+  });
+
+  it('a worker kept busy by a stream of prefetched jobs of another task still starts the rate-limited ones', async () => {
+    processes = await startWorkerProcesses(1, { url: db.url, concurrency: 4, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
+    // Short jobs of another task, enough for seconds of work: the worker prefetches them, and every slot that frees has one waiting.
+    const stream = (await t.jobs.addMany(Array.from({ length: 20_000 }, () => ({ identifier: 'nap' as never, payload: { ms: 2 } as never })))).map((job) => job.id);
+    await waitFor('the stream to be running', async () => (await sql.query('select 1 from runs limit 1')).rowCount === 1);
+    const limited = await add(10);
+    await waitFor('the rate-limited jobs to run', () => finished(limited), 60_000);
+    const { rows } = await sql.query<{ left: number }>('select count(*)::int as left from job_queue.jobs where id = any($1::bigint[])', [stream]);
+    assert.ok(rows[0].left > 0, 'they ran while the stream was still being worked, not after it drained');
+    assert.equal(await mostStartsInWindow(sql, limited, 1000), 5);
+    await waitFor('the stream to drain', async () => (await sql.query('select 1 from job_queue.jobs where id = any($1::bigint[]) limit 1', [stream])).rowCount === 0, 120_000);
   });
 });

@@ -22,7 +22,8 @@ export { OnQueueEvent, type OnQueueEventOptions } from './decorators/on-queue-ev
 export type { JobContext, JobInfo, CronPayload, TransactionalJobContext, StepOptions } from './core/job-context';
 export { JobQueueWorker, type WorkerStatus } from './worker/job-queue.worker';
 export { PermanentJobError, SnoozeJob, BatchJobFailure, TaskRateLimited } from './core/handler-outcomes';
-export type { RateLimit, TaskLimitsOverride } from './core/limits';
+export type { CheckedRate, EffectiveLimits, RateLimit, StoredLimits, TaskLimitsOverride } from './core/limits';
+export type { TaskLimitsEntry } from './control/job-limits';
 export type { JobMiddleware, JobMiddlewareContext } from './core/middleware';
 export { JobQueueMaintenance } from './maintenance/maintenance';
 export type { JobQueueEvent, JobQueueEventType, JobQueueEventOf } from './core/events';

@@ -1,3 +1,4 @@
+import { timerDelay } from '../core/backoff';
 import type { StoredLimits } from '../core/limits';
 import { toPausedEntry, type PausedEntry, type PausedRow } from './paused-entry';
 
@@ -35,6 +36,8 @@ export class Controls {
   private entries: readonly PausedEntry[] = [];
   /** Held tasks: the end of each hold, by Date.now(). */
   private holds = new Map<string, number>();
+  /** Holds made here (hold()) whose write (sql holdTask) has not been read back yet: kept over a read that began before it. */
+  private pending = new Map<string, number>();
   private holdTimer?: NodeJS.Timeout;
   private overrides: ReadonlyMap<string, StoredLimits> = new Map();
   /** Raised by every read and hold, so that what is derived from the controls knows to derive again. */
@@ -99,12 +102,24 @@ export class Controls {
     return end === undefined || end <= Date.now();
   }
 
-  /** Holds `task` here for `ms` at once, before the server's hold (sql holdTask) is read back. */
-  hold(task: string, ms: number): void {
+  /**
+   * Holds `task` here for `ms` at once, while `written` (sql holdTask) writes it for every
+   * worker; kept over reads until that write has settled and a read has begun after it. A
+   * failed write keeps the hold here only.
+   */
+  hold(task: string, ms: number, written: Promise<unknown>): void {
     const end = Date.now() + ms;
     if ((this.holds.get(task) ?? 0) < end) this.holds.set(task, end);
+    this.pending.set(task, Math.max(this.pending.get(task) ?? 0, end));
     this.revisionNumber += 1;
     this.armHoldTimer();
+    written.then(
+      () => {
+        this.pending.delete(task);
+        this.markStale();
+      },
+      () => undefined,
+    );
   }
 
   /** The limits set at run time for `task` (setTaskLimits), if any. */
@@ -123,6 +138,7 @@ export class Controls {
       this.tasks = new Set(tasks);
       this.pausedQueues = forever.filter((row) => row.kind === 'queue').map((row) => row.name);
       this.holds = new Map(pauses.filter((row) => row.until_ms !== null && row.kind === 'task').map((row) => [row.name, now + row.until_ms!]));
+      for (const [task, end] of this.pending) if (end > now && (this.holds.get(task) ?? 0) < end) this.holds.set(task, end);
       this.entries = pauses.map(toPausedEntry);
       this.overrides = new Map(limits.map((row) => [row.task_identifier, row.limits]));
       this.revisionNumber += 1;
@@ -149,7 +165,7 @@ export class Controls {
       this.revisionNumber += 1;
       this.armHoldTimer();
       this.onHoldEnded();
-    }, Math.max(0, next - Date.now()) + 1);
+    }, timerDelay(next - Date.now() + 1));
     this.holdTimer.unref();
   }
 }

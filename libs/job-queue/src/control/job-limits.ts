@@ -1,10 +1,21 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { checkLimitsOverride, type TaskLimitsOverride } from '../core/limits';
+import { checkLimitsOverride, mergeLimits, type EffectiveLimits, type StoredLimits, type TaskLimitsOverride } from '../core/limits';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { validateTaskIdentifier } from '../core/validate-job-spec';
 import { JobQueueDatabase } from '../db/job-queue-database';
 import { TaskRegistry } from '../discovery/task-registry';
 import { knownTask } from './known-task';
+
+/** A task's limits as listTaskLimits() reports them. */
+export interface TaskLimitsEntry {
+  task: string;
+  /** What this app's `@Task` declares (`{}` for a task it does not run, or one with no limit). */
+  declared: EffectiveLimits;
+  /** What setTaskLimits stored over it, or null. */
+  override: StoredLimits | null;
+  /** What its claims follow: the declared limits with the override over them. */
+  limits: EffectiveLimits;
+}
 
 /**
  * Limits at run time (JobQueueService's setTaskLimits, resetTaskLimits): a row of
@@ -30,5 +41,17 @@ export class JobLimits {
 
   async resetTaskLimits(identifier: string): Promise<void> {
     await this.db.run('resetTaskLimits', [validateTaskIdentifier(identifier)]);
+  }
+
+  /** This app's tasks and those with limits set at run time, by name, with their limits. */
+  async listTaskLimits(): Promise<TaskLimitsEntry[]> {
+    const rows = await this.db.run<{ task_identifier: string; limits: StoredLimits }>('readTaskLimits', []);
+    const overrides = new Map(rows.map((row) => [row.task_identifier, row.limits]));
+    const names = [...new Set([...this.tasks.identifiers(), ...overrides.keys()])].sort();
+    return names.map((task) => {
+      const declared = this.tasks.get(task)?.limits ?? {};
+      const override = overrides.get(task) ?? null;
+      return { task, declared, override, limits: mergeLimits(declared, override ?? undefined) };
+    });
   }
 }

@@ -12,3 +12,11 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }, { once: true });
   });
 }
+
+/** The longest delay Node's timers keep: a longer one fires at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** A delay for setTimeout: at most MAX_TIMER_MS (whoever waits longer sets the timer again when it fires early), never negative. */
+export function timerDelay(ms: number): number {
+  return Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(ms)));
+}

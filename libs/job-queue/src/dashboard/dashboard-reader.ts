@@ -3,6 +3,8 @@ import { JobQueueDatabase } from '../db/job-queue-database';
 import type { Flow } from '../core/flow-steps';
 import { toJob, type Job, type JobRow } from '../core/job';
 import type { JobSchedule } from '../core/schedule';
+import type { TaskLimitsEntry } from '../control/job-limits';
+import type { PausedEntry } from '../control/paused-entry';
 import { JobQueueService, type JobCountsReport } from '../service/job-queue.service';
 
 export interface MinuteCounts {
@@ -41,6 +43,13 @@ export interface WorkerView {
 
 /** A schedule as the cron page shows it: listSchedules()'s. */
 export type ScheduleView = JobSchedule;
+
+/** What the tasks page shows: every task's limits, what is paused or held, and the tasks' job counts. */
+export interface TasksView {
+  limits: TaskLimitsEntry[];
+  paused: PausedEntry[];
+  counts: JobCountsReport['byTask'];
+}
 
 /** A durable step a job's handler recorded (ctx.step). */
 export interface JobStepView {
@@ -100,6 +109,12 @@ export class DashboardReader {
       prefetchedCount: row.prefetched_count,
       late: row.now.getTime() - row.heartbeat_at.getTime() > row.timeout_ms,
     }));
+  }
+
+  /** The tasks page's data: listTaskLimits(), listPaused() and countJobs()'s counts per task. */
+  async tasks(): Promise<TasksView> {
+    const [limits, paused, counts] = await Promise.all([this.jobs.listTaskLimits(), this.jobs.listPaused(), this.jobs.countJobs()]);
+    return { limits, paused, counts: counts.byTask };
   }
 
   /** Every schedule, declared in code or at run time, with its next tick (listSchedules()). */

@@ -2,6 +2,7 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import { RouterModule } from '@nestjs/core';
 import { DashboardAssetsController } from './assets.controller';
 import { DashboardController } from './dashboard.controller';
+import { DashboardTasksController } from './tasks.controller';
 import { DashboardGuard } from './dashboard.guard';
 import { DASHBOARD_OPTIONS, resolveDashboardOptions, type JobQueueDashboardOptions } from './dashboard.options';
 import { DashboardReader } from './dashboard-reader';
@@ -18,7 +19,7 @@ export class JobQueueDashboardModule {
     return {
       module: JobQueueDashboardModule,
       imports: [RouterModule.register([{ path: resolved.path, module: JobQueueDashboardModule }])],
-      controllers: [DashboardController, DashboardAssetsController],
+      controllers: [DashboardController, DashboardTasksController, DashboardAssetsController],
       providers: [{ provide: DASHBOARD_OPTIONS, useValue: resolved }, DashboardGuard, DashboardReader],
     };
   }

@@ -13,6 +13,12 @@ const DONE = {
   'retried-failed': (n) => n && `${n} failed job(s) retried.`,
   'schedule-paused': () => 'Schedule paused: no replica adds its ticks until it is resumed.',
   'schedule-resumed': () => 'Schedule resumed: it ticks again from its next tick.',
+  'task-paused': () => 'Task paused: no replica starts its jobs until it is resumed; running ones finish.',
+  'task-resumed': () => 'Task resumed: its jobs start again.',
+  'queue-paused': () => 'Queue paused: no replica starts its jobs until it is resumed; they keep their order.',
+  'queue-resumed': () => 'Queue resumed: its jobs start again, in order.',
+  'limits-set': () => "Limits set: every replica follows them until they are reset to the task's own.",
+  'limits-reset': () => 'Limits reset: every replica follows the limits the task declares in code.',
 } satisfies Record<string, (n: string | undefined) => string | undefined>;
 
 const FAILED = {
@@ -22,6 +28,9 @@ const FAILED = {
   JQ_JOB_RUNNING: 'A worker holds the job: cancel it first.',
   JQ_INVALID_TASK_IDENTIFIER: 'No task has that name.',
   JQ_SCHEDULE_NOT_FOUND: 'No such schedule: it was removed.',
+  JQ_INVALID_LIMIT: 'Not a limit: a concurrency is a whole number from 1, a rate a whole number of starts per duration (such as 1s, 1m or 500).',
+  JQ_UNKNOWN_TASK: 'This app does not know that task (externalTasks lists the tasks of other apps).',
+  JQ_INVALID_QUEUE_NAME: 'Not a queue name: a non-empty name of at most 128 characters.',
   failed: 'The action failed.',
 } satisfies Record<string, string>;
 

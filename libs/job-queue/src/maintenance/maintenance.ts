@@ -115,7 +115,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       }
       // Holds that are over (ctx.rateLimited): workers of this release ignore them, those of earlier ones read them as pauses until they are gone.
       // Every worker of this release deletes them (a statement on a table of a few rows), so an old maintenance leader cannot keep them.
-      await this.pinned.run('deleteEndedHolds', []);
+      await this.pinned.run('deleteEndedHolds', []).catch((error: unknown) => this.events.reportError(this.pinned.workerId, 'maintenance', error));
       if (!this.leader) return;
       // current(), not fresh(): the read would take a pool connection, which handlers may all hold
       await rescueDeadWorkers(this.pinned, this.events, workerTimeout, this.logger, this.audience.current());
@@ -127,6 +127,7 @@ export class JobQueueMaintenance implements OnApplicationBootstrap, BeforeApplic
       await deleteFinishedFlows(this.pinned, this.options.retention);
       if (everything || Date.now() - this.lastQueueCleanup >= QUEUE_CLEANUP_EVERY_MS) {
         await deleteIdleQueues(this.pinned);
+        await this.pinned.run('deleteOldStarts', []); // rate limits' starts past their window and the hour kept
         this.lastQueueCleanup = Date.now();
       }
       if (this.options.vacuumJobs) await this.vacuum.startIfDue();

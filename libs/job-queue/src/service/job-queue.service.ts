@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import type { EntityManager, ObjectLiteral, Repository } from 'typeorm';
 import { JobFlows } from './job-flows';
-import { JobLimits } from '../control/job-limits';
+import { JobLimits, type TaskLimitsEntry } from '../control/job-limits';
 import { JobPauses } from '../control/job-pauses';
 import type { PausedEntry } from '../control/paused-entry';
 import type { TaskLimitsOverride } from '../core/limits';
@@ -244,6 +244,11 @@ export class JobQueueService {
   /** Back to the limits task `identifier` declares in code, on every replica. */
   resetTaskLimits(identifier: string): Promise<void> {
     return this.limits.resetTaskLimits(identifier);
+  }
+
+  /** This app's tasks and those with limits set at run time: declared, set, and in force (`limits`). */
+  listTaskLimits(): Promise<TaskLimitsEntry[]> {
+    return this.limits.listTaskLimits();
   }
 
   /** Deletes the pending job with this key; a job a worker holds is left alone (null is returned). */

@@ -17,13 +17,22 @@
  *   transaction time, which is also the `started_at` the claim gives its jobs. A claim at time
  *   t counts the starts at t − per or later; whatever order the claims' times come in, the last
  *   claim to record a start inside any window of length `per` counted every start recorded in
- *   it before, so no such window holds more than `max`. The claim trims the task's rows older
- *   than its window.
+ *   it before, so no such window holds more than `max`. That needs every row a claim may count
+ *   to be there: claims never delete rows; the maintenance leader deletes those older than
+ *   their window, kept at least RATE_START_RETENTION (deleteOldStarts), and a claim whose
+ *   transaction time is older than RATE_CLAIM_MAX_AGE claims nothing (its window could reach
+ *   rows deleted since it began).
  *
  * `s` is the quoted schema, `tell` the notification that the controls changed.
  */
 
 import { advisoryLockClass } from './identifier';
+
+/** How long a start is kept at least, whatever its window: a window widened at run time up to this counts every start. */
+export const RATE_START_RETENTION = "interval '1 hour'";
+
+/** A rate-limited claim whose transaction began longer ago than this claims nothing (well under the retention's margin). */
+const RATE_CLAIM_MAX_AGE = "interval '30 seconds'";
 
 /**
  * In ms from now, when the window `w` (rows started_at, started; $2 the window's length in ms,
@@ -59,18 +68,23 @@ export function createLimitQueries(s: string, tell: string) {
       with w as (${windowOf})
       select (select count(*) from ${s}.jobs j where j.locked_by is not null and j.task_identifier = $1::text)::int as held,
         coalesce((select sum(started) from w), 0)::int as started,
-        ${freesInMs('w')} as frees_in_ms`,
+        ${freesInMs('w')} as frees_in_ms,
+        clock_timestamp() - now() > ${RATE_CLAIM_MAX_AGE} as stale`,
 
     /**
      * $1 task, $2 window ms, $3 max, $4 jobs this claim started: records them at the claim's
-     * time, trims the task's starts older than the window, and says in how many ms the window,
-     * these included, has room again (null: it has room now).
+     * time, and says in how many ms the window, these included, has room again (null: it has
+     * room now).
      */
     recordStarts: `
-      with trimmed as (delete from ${s}.task_starts where task_identifier = $1::text and started_at < now() - $2::bigint * interval '1 millisecond'),
-      recorded as (insert into ${s}.task_starts (task_identifier, started_at, started) values ($1::text, now(), $4::int)),
+      with recorded as (insert into ${s}.task_starts (task_identifier, started_at, started, per_ms) values ($1::text, now(), $4::int, $2::bigint)),
       w as (${windowOf} union all select now(), $4::int)
       select ${freesInMs('w')} as frees_in_ms`,
+
+    /** The starts older than their window and than RATE_START_RETENTION (the maintenance leader's). */
+    deleteOldStarts: `
+      with gone as (delete from ${s}.task_starts where started_at < now() - greatest(per_ms * interval '1 millisecond', ${RATE_START_RETENTION}) - interval '1 minute' returning 1)
+      select count(*)::int as deleted from gone`,
 
     /** Every task's limits set at run time (setTaskLimits): the JSON object of what each overrides. */
     readTaskLimits: `select task_identifier, limits from ${s}.task_limits`,

@@ -54,7 +54,8 @@ export function createPauseQueries(s: string, channel: string) {
     holdTask: `
       with held as (
         insert into ${s}.pauses (kind, name, until) values ('task', $1, now() + $2::bigint * interval '1 millisecond')
-        on conflict (kind, name) do update set until = excluded.until
+        on conflict (kind, name) do update
+          set until = excluded.until, paused_at = case when ${s}.pauses.until <= now() then now() else ${s}.pauses.paused_at end
           where ${s}.pauses.until is not null and ${s}.pauses.until < excluded.until
         returning 1
       ),

@@ -260,8 +260,9 @@ export class Executor extends WorkerPart {
 
   /** ctx.rateLimited: holds the task here at once, and on every worker once the hold is written (sql holdTask). */
   private holdTask(task: string, ms: number): void {
-    this.controls.hold(task, ms);
-    this.db.run('holdTask', [task, ms]).catch((error: unknown) => this.events.reportError(this.membership.workerId, 'release', error));
+    const written = this.db.run('holdTask', [task, ms]);
+    written.catch((error: unknown) => this.events.reportError(this.membership.workerId, 'release', error));
+    this.controls.hold(task, ms, written);
   }
 
   /** A handler's return value as the JSON text kept with the completed job: null for none. */

@@ -30,7 +30,12 @@ interface Slots {
   held: number;
   started: number;
   frees_in_ms: number | null;
+  /** The transaction began too long ago for a rate's count (sql countTaskSlots). */
+  stale: boolean;
 }
+
+/** How soon a claim that found its transaction stale tries again. */
+const STALE_RETRY_MS = 10;
 
 /**
  * The claim of one limited task (sql/limits.ts): in one transaction on the claim connection,
@@ -55,10 +60,14 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
     if (rate && args.free <= 0) return [];
     const window = rate ? [rate.perMs, rate.max] : [null, null];
     const [slots] = await db.runOn<Slots>(client, 'countTaskSlots', [task, ...window]);
+    if (rate && slots.stale) {
+      rateFreesInMs = STALE_RETRY_MS;
+      return [];
+    }
     room = concurrency - slots.held;
     const rateRoom = rate ? rate.max - slots.started : Infinity;
     if (rateRoom <= 0) rateFreesInMs = slots.frees_in_ms ?? 0;
-    asked = Math.min(rate ? args.free : args.room, room, rateRoom);
+    asked = Math.min(rate ? Math.min(args.free, args.room) : args.room, room, rateRoom);
     if (asked <= 0) return [];
     const claimed = await db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, Math.min(args.free, asked), args.pausedQueues]);
     if (rate && claimed.length > 0) {

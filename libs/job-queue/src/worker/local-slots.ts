@@ -30,7 +30,8 @@ export class LocalSlots extends WorkerPart implements LocalStarter {
     if (producer.limits.isLimited(task)) return undefined;
     // Paused (as this worker knows it), or a read of the pauses is due: the job waits in the table for a claim.
     if (!this.controls.runs(task) || this.controls.isStale) return undefined;
-    if (state.prefetched.length > 0 || producer.moreMayBeWaiting || state.busySlots >= state.concurrency) return undefined;
+    // A rate-limited task waits for a free slot: the next one is its claim's (producer.slotWanted).
+    if (state.prefetched.length > 0 || producer.moreMayBeWaiting || producer.slotWanted || state.busySlots >= state.concurrency) return undefined;
     // A give-back of the rows locked for us that we do not know is due: it must not take the job of an insert in flight.
     if (producer.claimReplyLost) return undefined;
     // A claim on its way marks jobs started for the slots that were free when it began: they are theirs.

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { backoffMs, sleep } from '../core/backoff';
+import { backoffMs, sleep, timerDelay } from '../core/backoff';
 import type { Job } from '../core/job';
 import type { ControlRows } from '../control/controls';
 import { TaskLimits } from '../control/task-limits';
@@ -28,8 +28,12 @@ export class Producer extends WorkerPart {
   readonly limits: TaskLimits;
   /** A limited task's last claim found its limit reached: the next written release (which may free a slot) wakes the fetch. */
   private limitReached = false;
-  /** A rate-limited task's last claim took every free slot and may have more: the next freed slot wakes the fetch. */
-  private slotWanted = false;
+  /**
+   * A rate-limited task's last claim took every free slot and may have more: a freed slot goes
+   * to a claim round in which the limited tasks claim first, before any prefetched job (else a
+   * worker kept busy by a prefetched stream of other jobs never has a free slot at a claim).
+   */
+  slotWanted = false;
   /** Wakes the fetch when a rate-limited task's window has room again. */
   private rateTimer?: NodeJS.Timeout;
   /** The last claim round claimed the limited tasks before the others (they take turns). */
@@ -134,6 +138,11 @@ export class Producer extends WorkerPart {
    */
   slotFreed(durationMs?: number): void {
     if (durationMs !== undefined) this.prefetch.record(durationMs);
+    if (this.slotWanted && !this.state.stopping) {
+      // The claim round runs first; whatever slot it leaves free goes to prefetched jobs after it.
+      void this.wake().then(() => this.startPrefetched());
+      return;
+    }
     this.startPrefetched();
     if (durationMs !== undefined && (this.moreMayBeWaiting || this.slotWanted) && this.state.prefetched.length <= this.prefetch.target / 2) void this.wake();
   }
@@ -169,7 +178,8 @@ export class Producer extends WorkerPart {
       // Backpressure: what this worker holds, releases not yet written included, stays under maxHeld.
       const headroom = maxHeld(state.concurrency) - (state.busySlots + state.prefetched.length + state.batcher.unwritten);
       this.heldBack = headroom <= 0;
-      const room = Math.min(headroom, free + this.prefetch.target - state.prefetched.length);
+      // A rate-limited task waiting for a slot gets the free ones, even past a full prefetch.
+      const room = Math.min(headroom, Math.max(this.slotWanted ? free : 0, free + this.prefetch.target - state.prefetched.length));
       if (room <= 0) {
         // Woken with no room (a NOTIFY while every slot is busy and nothing is to be
         // prefetched): the job that woke us waits in the table, so the next free slot claims.
@@ -184,7 +194,7 @@ export class Producer extends WorkerPart {
         const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: controls.queues };
         // Whichever claim goes first may fill the room: with both kinds of task, they take
         // turns at going first, so that neither starves while the other keeps the slots full.
-        this.limitedFirst = limited.length > 0 && unlimited.length > 0 && !this.limitedFirst;
+        this.limitedFirst = limited.length > 0 && unlimited.length > 0 && (this.slotWanted || !this.limitedFirst);
         const general = () => this.claimUnlimited(unlimited, rows, args);
         const limits = () => this.claimLimitedTasks(limited, rows, args); // with none, notes that no limit is reached
         for (const claim of this.limitedFirst ? [limits, general] : [general, limits]) more = (await claim()) || more;
@@ -277,7 +287,7 @@ export class Producer extends WorkerPart {
     this.slotWanted = wanted;
     if (nextRoomInMs !== Infinity) {
       clearTimeout(this.rateTimer);
-      this.rateTimer = setTimeout(() => void this.wake(), Math.ceil(nextRoomInMs));
+      this.rateTimer = setTimeout(() => void this.wake(), timerDelay(nextRoomInMs));
     }
     return more;
   }

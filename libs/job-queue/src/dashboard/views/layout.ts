@@ -1,6 +1,6 @@
 import { html, type Html } from '../html';
 
-export type Section = 'overview' | 'jobs' | 'cron' | 'workers';
+export type Section = 'overview' | 'jobs' | 'tasks' | 'cron' | 'workers';
 
 export interface PageContext {
   /** The dashboard's root URL path, e.g. `/api/jobs`: every link is relative to it (<base>). */
@@ -16,6 +16,7 @@ export interface PageContext {
 const SECTIONS: Array<[Section, string, string]> = [
   ['overview', 'Overview', ''],
   ['jobs', 'Jobs', 'jobs'],
+  ['tasks', 'Tasks', 'tasks'],
   ['cron', 'Cron', 'cron'],
   ['workers', 'Workers', 'workers'],
 ];
