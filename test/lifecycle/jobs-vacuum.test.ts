@@ -145,6 +145,20 @@ describe('the vacuum of the jobs table', () => {
     }
   });
 
+  it("stop() while the vacuum's connection is being opened returns (pg never settles a connect ended midway)", async () => {
+    const { maintenance, errors, t } = await open();
+    await killRows(6_000);
+    const vacuum = (maintenance as unknown as { vacuum: { startIfDue(): Promise<void>; stop(): Promise<void> } }).vacuum;
+    await vacuum.startIfDue(); // the vacuum's client is connecting now
+    let timer: NodeJS.Timeout | undefined;
+    const hung = new Promise<string>((resolve) => (timer = setTimeout(() => resolve('hung'), 10_000)));
+    assert.equal(await Promise.race([vacuum.stop().then(() => 'stopped'), hung]), 'stopped', 'stop() returned (a hang here hung the app\'s shutdown)');
+    clearTimeout(timer);
+    assert.deepEqual(errors, []);
+    await t.close();
+    apps.splice(apps.indexOf(t), 1);
+  });
+
   it('vacuums again once 10,000 rows died after autovacuum removed what a long transaction had kept', async () => {
     for (const t of apps) await t.app.get(JobQueueMaintenance).stop();
     const { maintenance, errors, t } = await open();

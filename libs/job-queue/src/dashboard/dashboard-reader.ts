@@ -111,9 +111,16 @@ export class DashboardReader {
     }));
   }
 
-  /** The tasks page's data: listTaskLimits(), listPaused() and countJobs()'s counts per task. */
+  /**
+   * The tasks page's data: listTaskLimits() (this app's tasks and those with limits set), and
+   * the tasks other apps run that have jobs or are paused, with no limit known here;
+   * listPaused(); countJobs()'s counts per task.
+   */
   async tasks(): Promise<TasksView> {
-    const [limits, paused, counts] = await Promise.all([this.jobs.listTaskLimits(), this.jobs.listPaused(), this.jobs.countJobs()]);
+    const [known, paused, counts] = await Promise.all([this.jobs.listTaskLimits(), this.jobs.listPaused(), this.jobs.countJobs()]);
+    const listed = new Set(known.map((entry) => entry.task));
+    const others = [...Object.keys(counts.byTask), ...paused.filter((p) => p.kind === 'task' && p.name !== '*').map((p) => p.name)].filter((task) => !listed.has(task));
+    const limits = [...known, ...[...new Set(others)].map((task) => ({ task, declared: {}, override: null, limits: {} }))].sort((a, b) => a.task.localeCompare(b.task));
     return { limits, paused, counts: counts.byTask };
   }
 

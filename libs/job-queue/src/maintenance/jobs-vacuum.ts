@@ -46,6 +46,8 @@ export class JobsVacuum {
   /** The table's vacuums (any, autovacuum's too) counted right after our last one. */
   private vacuumsByLast = 0;
   private refused = false;
+  /** The vacuum's client is connecting. */
+  private connecting = false;
 
   constructor(
     private readonly pinned: PinnedConnection,
@@ -88,7 +90,9 @@ export class JobsVacuum {
   async stop(): Promise<void> {
     const client = this.client;
     this.client = undefined; // so that the vacuum's failure from this end is not reported
-    await client?.end().catch(() => undefined);
+    // pg never settles the connect() of a client ended while it connects (nor would this wait):
+    // such a client is ended by vacuum() once connected, which sees it was stopped.
+    if (!this.connecting) await client?.end().catch(() => undefined);
     await this.running;
   }
 
@@ -104,7 +108,13 @@ export class JobsVacuum {
     client.on('error', () => undefined); // a connection lost mid-vacuum: the query below fails with it
     this.client = client;
     try {
-      await client.connect();
+      this.connecting = true;
+      try {
+        await client.connect();
+      } finally {
+        this.connecting = false;
+      }
+      if (this.client !== client) return; // stopped while connecting
       // nor what the server or the role set (a SET through a transaction-mode pooler would stay on its server connection, for others)
       if (direct) await client.query(`set statement_timeout = 0; set lock_timeout = 0`);
       await client.query(`vacuum (skip_locked) ${quoteIdentifier(this.schema)}.jobs`);
