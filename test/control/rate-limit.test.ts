@@ -1,10 +1,8 @@
 import assert from 'node:assert/strict';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import type { Client } from 'pg';
-import { createTestApp, type TestApp } from '../support/app';
-import { connect, createTestDatabase } from '../support/database';
 import { waitFor } from '../support/wait';
-import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
+import { LIMITED_RUNS_TABLE, processSuite } from '../support/process-suite';
 
 /**
  * The most starts of `jobIds` inside any closed window of `perMs`, by the jobs' `started_at`
@@ -38,41 +36,17 @@ async function startSpan(sql: Client, jobIds: string[]): Promise<{ spanMs: numbe
  * about 4 windows, not 25. And setTaskLimits changes the limit of running workers.
  */
 describe('rateLimit across worker processes', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let sql: Client;
-  let t: TestApp;
-  let processes: WorkerProcess[] = [];
+  const s = processSuite('rate_limit', { externalTasks: ['limited', 'nap'], tables: ['create table runs (job_id bigint not null, pid int not null, attempt int not null)', LIMITED_RUNS_TABLE] });
 
-  before(async () => {
-    db = await createTestDatabase('rate_limit');
-    sql = await connect(db.url);
-    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: ['limited', 'nap'] } });
-    await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
-    await sql.query(`create table limited_runs (
-      job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz,
-      primary key (job_id, attempt))`);
-  });
-  afterEach(async () => {
-    for (const p of processes) await p.terminate();
-    processes = [];
-    await stopWorkerProcesses();
-  });
-  after(async () => {
-    await stopWorkerProcesses();
-    await t?.close();
-    await sql?.end();
-    await db?.drop();
-  });
-
-  const add = async (count: number) => (await t.jobs.addMany(Array.from({ length: count }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 0, n } as never })))).map((job) => job.id);
-  const finished = async (ids: string[]) => (await startSpan(sql, ids)).finished === ids.length;
+  const add = async (count: number) => (await s.t.jobs.addMany(Array.from({ length: count }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 0, n } as never })))).map((job) => job.id);
+  const finished = async (ids: string[]) => (await startSpan(s.sql, ids)).finished === ids.length;
 
   it('25 jobs across three processes: at most 5 start in any second, and they take about 4 seconds, not 25', async () => {
     const backlog = await add(25);
-    processes = await startWorkerProcesses(3, { url: db.url, concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
+    await s.start(3, { concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
     await waitFor('the backlog to run', () => finished(backlog), 30_000);
-    assert.equal(await mostStartsInWindow(sql, backlog, 1000), 5, 'the most starts in a second is the limit');
-    const { spanMs } = await startSpan(sql, backlog);
+    assert.equal(await mostStartsInWindow(s.sql, backlog, 1000), 5, 'the most starts in a second is the limit');
+    const { spanMs } = await startSpan(s.sql, backlog);
     // 25 starts at 5 a second need 4 whole windows between the first and the last; a limit used to the full takes little more.
     assert.ok(spanMs > 4000, `the starts spread over more than 4 s (${spanMs} ms)`);
     assert.ok(spanMs < 12_000, `the limit was used: 25 jobs started within ${spanMs} ms`);
@@ -80,51 +54,51 @@ describe('rateLimit across worker processes', () => {
     // Added while the three are idle: the NOTIFY wakes their claims together.
     const woken = await add(10);
     await waitFor('the second batch to run', () => finished(woken), 30_000);
-    assert.equal(await mostStartsInWindow(sql, [...backlog, ...woken], 1000), 5, 'across both batches too');
-    const { rows } = await sql.query<{ runs: number; pids: number }>('select count(*)::int as runs, count(distinct pid)::int as pids from limited_runs where job_id = any($1::bigint[])', [[...backlog, ...woken]]);
+    assert.equal(await mostStartsInWindow(s.sql, [...backlog, ...woken], 1000), 5, 'across both batches too');
+    const { rows } = await s.sql.query<{ runs: number; pids: number }>('select count(*)::int as runs, count(distinct pid)::int as pids from limited_runs where job_id = any($1::bigint[])', [[...backlog, ...woken]]);
     assert.equal(rows[0].runs, 35, 'each job ran once');
     assert.ok(rows[0].pids >= 2, `more than one process ran them (${rows[0].pids})`);
-    const { rows: attempts } = await sql.query<{ attempts: number }>('select distinct attempts from job_queue.finished_jobs where id = any($1::bigint[])', [backlog]);
+    const { rows: attempts } = await s.sql.query<{ attempts: number }>('select distinct attempts from job_queue.finished_jobs where id = any($1::bigint[])', [backlog]);
     assert.deepEqual(attempts, [{ attempts: 1 }], 'jobs held back spent no attempt');
   });
 
   it('setTaskLimits changes the rate of running workers, and resetTaskLimits brings the declared one back', async () => {
-    processes = await startWorkerProcesses(3, { url: db.url, concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
-    await t.jobs.setTaskLimits('limited', { rateLimit: { max: 2, per: '1s' } });
+    await s.start(3, { concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
+    await s.t.jobs.setTaskLimits('limited', { rateLimit: { max: 2, per: '1s' } });
     const slower = await add(8);
     await waitFor('the jobs under the lower limit to run', () => finished(slower), 30_000);
-    assert.equal(await mostStartsInWindow(sql, slower, 1000), 2, 'at most 2 a second under the new limit');
-    assert.ok((await startSpan(sql, slower)).spanMs > 3000, '8 jobs at 2 a second take more than 3 s');
+    assert.equal(await mostStartsInWindow(s.sql, slower, 1000), 2, 'at most 2 a second under the new limit');
+    assert.ok((await startSpan(s.sql, slower)).spanMs > 3000, '8 jobs at 2 a second take more than 3 s');
 
     // A concurrency limit over the same task, the rate removed: both limits are the override's.
-    await t.jobs.setTaskLimits('limited', { rateLimit: null, globalConcurrency: 1 });
-    const serial = (await t.jobs.addMany(Array.from({ length: 6 }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 100, n } as never })))).map((job) => job.id);
+    await s.t.jobs.setTaskLimits('limited', { rateLimit: null, globalConcurrency: 1 });
+    const serial = (await s.t.jobs.addMany(Array.from({ length: 6 }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 100, n } as never })))).map((job) => job.id);
     await waitFor('the serial jobs to run', () => finished(serial), 30_000);
-    const { rows: overlap } = await sql.query<{ n: number }>(
+    const { rows: overlap } = await s.sql.query<{ n: number }>(
       `select count(*)::int as n from limited_runs a join limited_runs b on a.job_id < b.job_id
        where a.job_id = any($1::bigint[]) and b.job_id = any($1::bigint[]) and a.started_at < b.ended_at and b.started_at < a.ended_at`,
       [serial],
     );
     assert.equal(overlap[0].n, 0, 'globalConcurrency 1: no two attempts overlapped');
-    const [entry] = (await t.jobs.listTaskLimits()).filter((e) => e.task === 'limited');
+    const [entry] = (await s.t.jobs.listTaskLimits()).filter((e) => e.task === 'limited');
     assert.deepEqual(entry.limits, { concurrency: 1 }, 'the rate is removed, the concurrency set');
 
-    await t.jobs.resetTaskLimits('limited');
+    await s.t.jobs.resetTaskLimits('limited');
     const declared = await add(12);
     await waitFor('the jobs under the declared limit to run', () => finished(declared), 30_000);
-    assert.equal(await mostStartsInWindow(sql, declared, 1000), 5, 'the declared 5 a second again');
+    assert.equal(await mostStartsInWindow(s.sql, declared, 1000), 5, 'the declared 5 a second again');
   });
 
   it('a worker kept busy by a stream of prefetched jobs of another task still starts the rate-limited ones', async () => {
-    processes = await startWorkerProcesses(1, { url: db.url, concurrency: 4, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
+    await s.start(1, { concurrency: 4, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', RATE_LIMIT: '5/1000' } });
     // Short jobs of another task, enough for seconds of work: the worker prefetches them, and every slot that frees has one waiting.
-    const stream = (await t.jobs.addMany(Array.from({ length: 20_000 }, () => ({ identifier: 'nap' as never, payload: { ms: 2 } as never })))).map((job) => job.id);
-    await waitFor('the stream to be running', async () => (await sql.query('select 1 from runs limit 1')).rowCount === 1);
+    const stream = (await s.t.jobs.addMany(Array.from({ length: 20_000 }, () => ({ identifier: 'nap' as never, payload: { ms: 2 } as never })))).map((job) => job.id);
+    await waitFor('the stream to be running', async () => (await s.sql.query('select 1 from runs limit 1')).rowCount === 1);
     const limited = await add(10);
     await waitFor('the rate-limited jobs to run', () => finished(limited), 60_000);
-    const { rows } = await sql.query<{ left: number }>('select count(*)::int as left from job_queue.jobs where id = any($1::bigint[])', [stream]);
+    const { rows } = await s.sql.query<{ left: number }>('select count(*)::int as left from job_queue.jobs where id = any($1::bigint[])', [stream]);
     assert.ok(rows[0].left > 0, 'they ran while the stream was still being worked, not after it drained');
-    assert.equal(await mostStartsInWindow(sql, limited, 1000), 5);
-    await waitFor('the stream to drain', async () => (await sql.query('select 1 from job_queue.jobs where id = any($1::bigint[]) limit 1', [stream])).rowCount === 0, 120_000);
+    assert.equal(await mostStartsInWindow(s.sql, limited, 1000), 5);
+    await waitFor('the stream to drain', async () => (await s.sql.query('select 1 from job_queue.jobs where id = any($1::bigint[]) limit 1', [stream])).rowCount === 0, 120_000);
   });
 });

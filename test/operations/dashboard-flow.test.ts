@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it, type TestContext } from 'node:test';
-import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { isJobQueueError, Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
+import { OperatorGuard } from '../support/operator-guard';
 import { launchBrowser, screenshotPath } from '../support/browser';
 import { decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
 import { assertInert, extraTags, PLAIN, startTags, XSS } from '../support/dashboard-markup';
@@ -12,15 +13,6 @@ import { waitForValue } from '../support/wait';
 
 const SECRET = 'sk_live_flow_9Tq4';
 const OPERATOR = 'operator=yes';
-
-/** The test's guard: operators carry the cookie `operator=yes`. */
-@Injectable()
-class OperatorGuard implements CanActivate {
-  canActivate(context: ExecutionContext): boolean {
-    const { headers } = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>();
-    return /(^|;\s*)operator=yes(;|$)/.test(headers.cookie ?? '');
-  }
-}
 
 @Injectable()
 class FlowTasks {

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
+import { OperatorGuard } from '../support/operator-guard';
 import { CookieJar, decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
 import { assertInert, extraTags, PLAIN, startTags, XSS } from '../support/dashboard-markup';
 
@@ -19,14 +20,6 @@ const SECRET = 'sk_live_7Hq2mZ9xVbW4';
 const OPERATOR = 'operator=yes';
 
 const ERRORS = { xss: XSS, twin: PLAIN };
-
-@Injectable()
-class OperatorGuard implements CanActivate {
-  canActivate(context: ExecutionContext): boolean {
-    const { headers } = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>();
-    return /(^|;\s*)operator=yes(;|$)/.test(headers.cookie ?? '');
-  }
-}
 
 @Injectable()
 class HttpTasks {

@@ -1,21 +1,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it, type TestContext } from 'node:test';
-import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type TestAppContext } from '../support/app';
+import { OperatorGuard } from '../support/operator-guard';
 import { launchBrowser, screenshotPath } from '../support/browser';
 import { waitFor } from '../support/wait';
-
-/** Operators carry the cookie `operator=yes`. */
-@Injectable()
-class OperatorGuard implements CanActivate {
-  canActivate(context: ExecutionContext): boolean {
-    const { headers } = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>();
-    return /(^|;\s*)operator=yes(;|$)/.test(headers.cookie ?? '');
-  }
-}
 
 @Injectable()
 class LimitedTasks {
