@@ -47,7 +47,7 @@ describe('upgrading to migration 12 (rate limits) while a worker of the previous
     const old = await OldWorkerProcess.start(u.previous, u.db.url);
     const { logger, logs } = warningsLogger();
     const t = (u.app = await createTestApp({ url: u.db.url, providers: [NewTasks, RateLimitedTick], logger, jobQueue: { pollInterval: 200, concurrency: 4, heartbeatInterval: 500 } }));
-    assert.equal((await migrationNames(u.sql)).at(-1), NEW_MIGRATION);
+    assert.ok((await migrationNames(u.sql)).includes(NEW_MIGRATION), `${NEW_MIGRATION} applied`);
 
     // A hold written by the new worker: the old one reads it as a pause, then claims again once it is deleted.
     const told = await t.jobs.add('tick' as never, { retryAfter: 1500 } as never, { flags: ['new-only'] }); // old-worker.js never claims new-only jobs

@@ -48,7 +48,7 @@ describe('upgrading to migration 11 (schedules) while workers of the previous ve
     const t = (u.app = await createTestApp({ url: u.db.url, providers: [NewTasks, NewSchedule], logger, jobQueue: { pollInterval: 200, concurrency: 4 } }));
     const names = await migrationNames(u.sql);
     assert.deepEqual(names.slice(0, OLD_MIGRATIONS.length), OLD_MIGRATIONS);
-    assert.equal(names.at(-1), NEW_MIGRATION);
+    assert.ok(names.slice(OLD_MIGRATIONS.length).includes(NEW_MIGRATION), `${NEW_MIGRATION} applied: ${names.join(', ')}`);
     const migratedAt = Date.now();
     await tickRunAfter(migratedAt + 1_000, 'a tick after the migration');
 

@@ -82,18 +82,23 @@ export class JobFlows {
     return flow;
   }
 
-  /** The flow with this id (a job added alone is a flow of its own), or null. */
+  /**
+   * The flow with this id (a job added alone is a flow of its own), or null. Its row, job ids,
+   * jobs and edges are read in one snapshot (a REPEATABLE READ transaction): read in several,
+   * a completion committed between them (with its continuation) showed the ids of before it
+   * and the jobs of after it, a chain of one finished job, and waitForFlow resolved early.
+   */
   async get(id: string): Promise<Flow | null> {
     const [flowId] = validateJobIds([id]);
-    const [[row], ids] = await Promise.all([
-      this.db.run<{ state: FlowState }>('getFlow', [flowId]),
-      this.db.run<{ id: string }>('getFlowJobIds', [flowId]),
-    ]);
-    if (!row && ids.length === 0) return null;
-    const jobs = await this.jobsById(ids.map((r) => r.id));
-    const edges = row ? (await this.db.run<EdgeRow>('getFlowEdges', [flowId])).map(toEdge) : [];
-    const state = row?.state ?? (jobs.some((job) => job.finishedAt === null) ? 'running' : ((jobs[jobs.length - 1]?.state ?? 'completed') as FlowState));
-    return { flowId, state, jobs, edges };
+    return this.db.dataSource.transaction('REPEATABLE READ', async (manager) => {
+      const [row] = await this.db.run<{ state: FlowState }>('getFlow', [flowId], manager);
+      const ids = await this.db.run<{ id: string }>('getFlowJobIds', [flowId], manager);
+      if (!row && ids.length === 0) return null;
+      const jobs = await this.jobsById(ids.map((r) => r.id), manager);
+      const edges = row ? (await this.db.run<EdgeRow>('getFlowEdges', [flowId], manager)).map(toEdge) : [];
+      const state = row?.state ?? (jobs.some((job) => job.finishedAt === null) ? 'running' : ((jobs[jobs.length - 1]?.state ?? 'completed') as FlowState));
+      return { flowId, state, jobs, edges };
+    });
   }
 
   /** Resolves with each ref's result (a chain's last job's) once the flow completed; see JobQueueService.waitForFlow. */

@@ -35,13 +35,15 @@ export const RATE_START_RETENTION = "interval '1 hour'";
 const RATE_CLAIM_MAX_AGE = "interval '30 seconds'";
 
 /**
- * In ms from now, when the window `w` (rows started_at, started; $2 the window's length in ms,
- * $3 the rate's max) next has room for a start: when its newest row at which `max` starts are
- * reached leaves the window (counted from that row, 1 ms after: a start exactly `per` old still
- * counts). Null while it has room.
+ * In ms from this statement's moment, when the window `w` (rows started_at, started; $2 the
+ * window's length in ms, $3 the rate's max) next has room for a start: when its newest row at
+ * which `max` starts are reached leaves the window (counted from that row, 1 ms after: a start
+ * exactly `per` old still counts). Null while it has room. From clock_timestamp(), not the
+ * transaction's now(): a claim's transaction began before its lock wait, and the worker that
+ * waits would wake that much late.
  */
 const freesInMs = (w: string) => `(
-  select (extract(epoch from (x.started_at - now())) * 1000 + $2::bigint + 1)::float8
+  select (extract(epoch from (x.started_at - clock_timestamp())) * 1000 + $2::bigint + 1)::float8
   from (select started_at, sum(started) over (order by started_at desc) as newer from ${w}) x
   where x.newer >= $3::int
   order by x.started_at desc limit 1)`;
