@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { DataSource } from 'typeorm';
@@ -7,7 +7,7 @@ import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp, type TestApp } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { waitFor } from '../support/wait';
-import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
+import { LIMITED_RUNS_TABLE, processSuite } from '../support/process-suite';
 
 /**
  * The most attempts of `limited` at once, from the start and end times its handlers record
@@ -53,48 +53,25 @@ class SoloTasks {
  * the slots (the slot comes back once the sweep rescues its job).
  */
 describe('globalConcurrency across worker processes', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let sql: Client;
-  let t: TestApp;
-  let processes: WorkerProcess[] = [];
-
-  before(async () => {
-    db = await createTestDatabase('global_concurrency');
-    sql = await connect(db.url);
-    t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: ['limited'] } });
-    await sql.query(`create table limited_runs (
-      job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz,
-      primary key (job_id, attempt))`);
-  });
-  afterEach(async () => {
-    for (const p of processes) await p.terminate();
-    processes = [];
-    await stopWorkerProcesses();
-  });
-  after(async () => {
-    await stopWorkerProcesses();
-    await t?.close();
-    await sql?.end();
-    await db?.drop();
-  });
+  const s = processSuite('global_concurrency', { externalTasks: ['limited'], tables: [LIMITED_RUNS_TABLE] });
 
   const add = async (count: number, ms: number) =>
-    (await t.jobs.addMany(Array.from({ length: count }, (_, n) => ({ identifier: 'limited' as never, payload: { ms, n } as never })))).map((job) => job.id);
+    (await s.t.jobs.addMany(Array.from({ length: count }, (_, n) => ({ identifier: 'limited' as never, payload: { ms, n } as never })))).map((job) => job.id);
 
   it('three processes claiming at once run at most 2 at a time, and reach 2; every job runs once', async () => {
     // A backlog before the processes start: their first claims race for it.
     const backlog = await add(24, 150);
-    processes = await startWorkerProcesses(3, { url: db.url, concurrency: 10, env: { LIMITED: '1' } });
-    await waitFor('the backlog to run', async () => (await ended(sql, backlog)) === backlog.length);
+    await s.start(3, { concurrency: 10, env: { LIMITED: '1' } });
+    await waitFor('the backlog to run', async () => (await ended(s.sql, backlog)) === backlog.length);
     // Added while all three are idle: the NOTIFY wakes the three claims together.
     const woken = await add(24, 150);
-    await waitFor('the second batch to run', async () => (await ended(sql, woken)) === woken.length);
+    await waitFor('the second batch to run', async () => (await ended(s.sql, woken)) === woken.length);
 
     for (const [what, ids] of [['backlog', backlog], ['second batch', woken]] as const) {
-      assert.equal(await mostAtOnce(sql, ids), 2, `${what}: the most at once is the limit`);
+      assert.equal(await mostAtOnce(s.sql, ids), 2, `${what}: the most at once is the limit`);
     }
     const all = [...backlog, ...woken];
-    const { rows } = await sql.query<{ runs: number; jobs: number; pids: number }>(
+    const { rows } = await s.sql.query<{ runs: number; jobs: number; pids: number }>(
       'select count(*)::int as runs, count(distinct job_id)::int as jobs, count(distinct pid)::int as pids from limited_runs where job_id = any($1::bigint[])',
       [all],
     );
@@ -103,33 +80,32 @@ describe('globalConcurrency across worker processes', () => {
 
   it('three processes of one slot each: two hold the limit\'s slots at once, the third claims none meanwhile', async () => {
     // At concurrency 1 a process holds one job at most (no prefetch beyond its slot and the limit), so 2 at once are 2 processes.
-    processes = await startWorkerProcesses(3, { url: db.url, concurrency: 1, env: { LIMITED: '1' } });
+    await s.start(3, { concurrency: 1, env: { LIMITED: '1' } });
     const ids = await add(24, 150);
-    await waitFor('the jobs to run', async () => (await ended(sql, ids)) === ids.length);
-    assert.equal(await mostAtOnce(sql, ids), 2);
-    const { rows } = await sql.query<{ pids: number; runs: number }>('select count(distinct pid)::int as pids, count(*)::int as runs from limited_runs where job_id = any($1::bigint[])', [ids]);
+    await waitFor('the jobs to run', async () => (await ended(s.sql, ids)) === ids.length);
+    assert.equal(await mostAtOnce(s.sql, ids), 2);
+    const { rows } = await s.sql.query<{ pids: number; runs: number }>('select count(distinct pid)::int as pids, count(*)::int as runs from limited_runs where job_id = any($1::bigint[])', [ids]);
     assert.ok(rows[0].pids >= 2, `more than one process ran them (${rows[0].pids})`);
     assert.equal(rows[0].runs, ids.length, 'each job ran once');
   });
 
   it('a process killed holding a slot: never more than 2, and the slot comes back after the rescue', async () => {
-    processes = await startWorkerProcesses(3, { url: db.url, concurrency: 10, env: { LIMITED: '1', HEARTBEAT_INTERVAL: '250', WORKER_TIMEOUT: '2000' } });
+    const processes = await s.start(3, { concurrency: 10, env: { LIMITED: '1', HEARTBEAT_INTERVAL: '250', WORKER_TIMEOUT: '2000' } });
     const ids = await add(10, 700);
     let running: { pid: number; job_id: string } | undefined;
     await waitFor('an attempt to run', async () => {
-      const { rows } = await sql.query<{ pid: number; job_id: string }>('select pid, job_id::text from limited_runs where job_id = any($1::bigint[]) and ended_at is null limit 1', [ids]);
+      const { rows } = await s.sql.query<{ pid: number; job_id: string }>('select pid, job_id::text from limited_runs where job_id = any($1::bigint[]) and ended_at is null limit 1', [ids]);
       running = rows[0];
       return running !== undefined;
     });
     const victim = processes.find((p) => p.pid === running!.pid)!;
     await victim.kill();
-    const { rows: [{ now: killedAt }] } = await sql.query<{ now: Date }>('select clock_timestamp() as now');
-    processes = processes.filter((p) => p !== victim);
-    await waitFor('every job to run to its end', async () => (await ended(sql, ids)) === ids.length);
+    const { rows: [{ now: killedAt }] } = await s.sql.query<{ now: Date }>('select clock_timestamp() as now');
+    await waitFor('every job to run to its end', async () => (await ended(s.sql, ids)) === ids.length);
 
-    assert.equal(await mostAtOnce(sql, ids, killedAt), 2, 'never more than 2 at once, the killed attempt counted until the kill');
-    assert.equal(await mostAtOnce(sql, ids, killedAt, killedAt), 2, 'after the kill, 2 at once again: the dead worker\'s slot came back with the rescue');
-    const { rows: again } = await sql.query<{ pid: number; attempt: number }>('select pid, attempt from limited_runs where job_id = $1 and ended_at is not null', [running!.job_id]);
+    assert.equal(await mostAtOnce(s.sql, ids, killedAt), 2, 'never more than 2 at once, the killed attempt counted until the kill');
+    assert.equal(await mostAtOnce(s.sql, ids, killedAt, killedAt), 2, 'after the kill, 2 at once again: the dead worker\'s slot came back with the rescue');
+    const { rows: again } = await s.sql.query<{ pid: number; attempt: number }>('select pid, attempt from limited_runs where job_id = $1 and ended_at is not null', [running!.job_id]);
     assert.equal(again.length, 1);
     assert.notEqual(again[0].pid, victim.pid, 'the killed attempt\'s job ran again elsewhere');
   });

@@ -6,7 +6,7 @@ import { isJobQueueError, Task, type Job, type JobContext } from '../../libs/job
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, openTestApp, PLATFORMS, type TestAppContext } from '../support/app';
 import { OperatorGuard } from '../support/operator-guard';
-import { launchBrowser, screenshotPath } from '../support/browser';
+import { launchBrowser, operatorPage, screenshotPath } from '../support/browser';
 import { decoded, FORM, formOf, tokenCookies } from '../support/dashboard-forms';
 import { assertInert, extraTags, PLAIN, startTags, XSS } from '../support/dashboard-markup';
 import { waitForValue } from '../support/wait';
@@ -97,13 +97,11 @@ for (const platform of PLATFORMS) describe(`dashboard: flows (${platform})`, () 
     return response.text();
   };
 
-  /** A fresh browser context for the operator (the guard's cookie set). */
+  /** A fresh browser context for the operator (support/browser.ts operatorPage). */
   async function openOperatorPage(t: TestContext): Promise<boolean> {
     browser ??= await launchBrowser(t);
     if (!browser) return false;
-    context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
-    await context.addCookies([{ name: 'operator', value: 'yes', url: ctx.t.url! }]);
-    page = await context.newPage();
+    ({ context, page } = await operatorPage(browser, ctx.t.url!));
     return true;
   }
 

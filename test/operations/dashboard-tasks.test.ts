@@ -6,7 +6,7 @@ import { Task, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type TestAppContext } from '../support/app';
 import { OperatorGuard } from '../support/operator-guard';
-import { launchBrowser, screenshotPath } from '../support/browser';
+import { launchBrowser, operatorPage, screenshotPath } from '../support/browser';
 import { waitFor } from '../support/wait';
 
 @Injectable()
@@ -55,11 +55,7 @@ for (const platform of PLATFORMS) describe(`dashboard: tasks page (${platform})`
   async function openOperatorPage(t: TestContext): Promise<boolean> {
     browser ??= await launchBrowser(t);
     if (!browser) return false;
-    context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
-    await context.addCookies([{ name: 'operator', value: 'yes', url: ctx.t.url! }]);
-    page = await context.newPage();
-    page.on('dialog', (dialog) => void dialog.accept());
-    await page.addInitScript("localStorage.setItem('jq-autorefresh', 'off')");
+    ({ context, page } = await operatorPage(browser, ctx.t.url!));
     return true;
   }
 

@@ -8,7 +8,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { isJobQueueError, Task, type Job, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDashboardModule } from '../../libs/job-queue/src/dashboard';
 import { closeTestApp, createTestApp, openTestApp, PLATFORMS, type TestApp, type TestAppContext } from '../support/app';
-import { launchBrowser, screenshotPath } from '../support/browser';
+import { launchBrowser, operatorPage, screenshotPath } from '../support/browser';
 import { waitForValue } from '../support/wait';
 
 /** Page requests held until the other tab's has arrived (?tab=): two tabs opened at once, neither answered before both asked. */
@@ -127,13 +127,8 @@ for (const platform of PLATFORMS) describe(`dashboard (${platform})`, () => {
   async function openOperatorPage(t: TestContext): Promise<boolean> {
     browser ??= await launchBrowser(t);
     if (!browser) return false;
-    context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
-    await context.addCookies([{ name: 'operator', value: 'yes', url: ctx.t.url! }]);
-    page = await context.newPage();
-    page.on('dialog', (dialog) => void dialog.accept());
+    ({ context, page } = await operatorPage(browser, ctx.t.url!));
     page.on('request', (request) => requested.push(request.url()));
-    // the pages reload themselves every 5 s: off, so that nothing moves under the test
-    await page.addInitScript("localStorage.setItem('jq-autorefresh', 'off')");
     return true;
   }
 

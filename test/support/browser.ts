@@ -8,7 +8,7 @@
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { TestContext } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { chromiumPath, NO_BROWSER_MESSAGE } from './chromium';
 
 export const SCREENSHOTS = resolve(__dirname, '..', '..', '..', 'test-output', 'screenshots');
@@ -35,4 +35,18 @@ export async function launchBrowser(t: TestContext): Promise<Browser | undefined
 /** Where a page's screenshot goes: `<platform>-<name>.png`, so that each HTTP platform's run keeps its own. */
 export function screenshotPath(platform: string, name: string): string {
   return join(SCREENSHOTS, `${platform}-${name}.png`);
+}
+
+/**
+ * A fresh browser context for the dashboard's operator (the tests' OperatorGuard cookie set for
+ * `appUrl`, a wide viewport) and a page in it, its confirm dialogs accepted, the pages' own
+ * auto-refresh off (so that nothing moves under the test).
+ */
+export async function operatorPage(browser: Browser, appUrl: string): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+  await context.addCookies([{ name: 'operator', value: 'yes', url: appUrl }]);
+  const page = await context.newPage();
+  page.on('dialog', (dialog) => void dialog.accept());
+  await page.addInitScript("localStorage.setItem('jq-autorefresh', 'off')");
+  return { context, page };
 }
