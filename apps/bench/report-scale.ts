@@ -1,6 +1,7 @@
 import type { BenchConfig } from './config';
 import { UNWRITTEN_LIMIT, type ProcessDrain } from './process-drain';
-import { cell, perRound, printGrid, values } from './report-format';
+import { LIMITED_CONCURRENCY, RATE_MAX, rateJobs } from './limits';
+import { cell, medianOf, perRound, printGrid, values } from './report-format';
 import type { BacklogResult, ScaleResult } from './scale';
 import type { MemorySample } from './worker-process';
 
@@ -14,7 +15,32 @@ const MIB = 2 ** 20;
  */
 export function printScale(config: BenchConfig, rounds: ScaleResult[]): void {
   if (config.processes > 0) printProcesses(config, rounds);
+  if (rounds.some((r) => r.limits)) printLimits(config, rounds);
   if (config.scale) printBacklog(config, rounds);
+}
+
+/** The limits' lines (limits.ts) and their gates (issue 27): ≥ 70 % of one unlimited process, the rate never exceeded and used to ≥ 95 %. */
+function printLimits(config: BenchConfig, rounds: ScaleResult[]): void {
+  const gate = (samples: number[], ok: (median: number) => boolean, text: string) => (samples.length === 0 ? '-' : `${ok(medianOf(samples)) ? 'ok' : 'FAIL'} (${text})`);
+  const against = perRound(rounds, (r) => r.limits?.concurrency.perSecond, (r) => r.processes[0]?.perSecond);
+  const most = values(rounds, (r) => r.limits?.rate.mostInWindow);
+  const used = values(rounds, (r) => r.limits?.rate.usedPercent);
+  printGrid(
+    ['limits (nestjs-job-queue, 3 worker processes)', 'value', 'gate'],
+    [
+      [`globalConcurrency ${LIMITED_CONCURRENCY}, ${config.jobs} jobs, to the last handler start (jobs/s)`, cell(values(rounds, (r) => r.limits?.concurrency.perSecond), 'throughput'), ''],
+      ['  against 1 unlimited process (the first worker-process line)', cell(against, 'percent'), gate(against, (m) => m >= 70, '>= 70 %')],
+      [`rate limit ${RATE_MAX}/s, ${rateJobs(config)} jobs: most starts in any second`, cell(most, 'throughput'), gate(most, () => Math.max(...most) <= RATE_MAX, `<= ${RATE_MAX} in every round`)],
+      ['  share of the rate used', cell(used, 'percent'), gate(used, (m) => m >= 95, '>= 95 %')],
+    ],
+  );
+  console.log('');
+  console.log(
+    `limits: the bench's task limited by setTaskLimits on the scale lines' database, the processes at concurrency ${config.concurrency} each; ` +
+      'the concurrency line timed as the worker-process lines; the rate line by the jobs\' started_at: the most in any closed second, and ' +
+      `(jobs / ${RATE_MAX} − 1) seconds, what the rate allows after the first start, against the first to the last start.`,
+  );
+  console.log('');
 }
 
 function printProcesses(config: BenchConfig, rounds: ScaleResult[]): void {

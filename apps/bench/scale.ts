@@ -1,5 +1,6 @@
 import type { BenchConfig } from './config';
 import { insertJobs, settleJobsTable } from './jobs-table';
+import { LIMIT_PROCESSES, measureLimitLines, type LimitsResult } from './limits';
 import { drainAcross, type ProcessDrain } from './process-drain';
 import { addInChunks, type Progress } from './suite';
 import { openApp } from './system-nestjs-job-queue';
@@ -13,6 +14,8 @@ export interface ScaleResult {
   processes: ProcessDrain[];
   /** SCALE=1 only. */
   backlog?: BacklogResult;
+  /** With PROCESSES ≥ 3: a concurrency limit and a rate limit across 3 processes (limits.ts). */
+  limits?: LimitsResult;
 }
 
 /** One worker process draining JOBS jobs, then BACKLOG jobs, both loaded and settled the same way. */
@@ -43,9 +46,10 @@ export async function runScale(url: string, config: BenchConfig, progress: Progr
     progress(`worker processes: warm-up, ${WARM_UP_JOBS} jobs shared by ${processes.length}`);
     await addAndDrain(app, processes, WARM_UP_JOBS, config);
     const lines = config.processes > 0 ? await measureProcessLines(app, processes, config, progress) : [];
+    const limits = config.processes >= LIMIT_PROCESSES ? await measureLimitLines(app, processes, config, progress, addAndDrain) : undefined;
     progress(`worker processes: ${((performance.now() - started) / 1000).toFixed(0)} s with the warm-up and the processes' start`);
     const backlog = config.scale ? await measureBacklog(app, processes[0], config, progress) : undefined;
-    return { processes: lines, backlog };
+    return { processes: lines, backlog, limits };
   } finally {
     await Promise.all(processes.map((p) => p.close()));
     await app.close();
