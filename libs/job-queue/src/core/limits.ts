@@ -37,8 +37,8 @@ export interface StoredLimits {
   rateLimit?: CheckedRate | null;
 }
 
-/** Limits named by the design that this release does not enforce yet. */
-const NOT_YET = ['groupConcurrency', 'groupRateLimit'];
+/** Limits named by the design that this release does not enforce yet: refused (by the task registry and setTaskLimits) rather than ignored. */
+export const LIMITS_NOT_YET: readonly string[] = ['groupConcurrency', 'groupRateLimit'];
 
 /**
  * Checks a concurrency limit (`globalConcurrency`): a whole number of at least 1. Anything
@@ -69,7 +69,7 @@ export function checkLimitsOverride(value: unknown, where: string): StoredLimits
     throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: the limits must be an object such as { globalConcurrency: 5 }, got ${describe(value)}`);
   }
   const { globalConcurrency, rateLimit, ...rest } = value as Record<string, unknown>;
-  const later = Object.keys(rest).filter((key) => NOT_YET.includes(key));
+  const later = Object.keys(rest).filter((key) => LIMITS_NOT_YET.includes(key));
   if (later.length > 0) throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: ${later.join(', ')} is not supported yet: see docs/guides/limits.md`);
   const unknown = Object.keys(rest);
   if (unknown.length > 0) throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: unknown limit ${unknown.join(', ')} (globalConcurrency and rateLimit are)`);

@@ -2,13 +2,11 @@ import { Injectable } from '@nestjs/common';
 import type { NestCronOptions } from './cron-metadata';
 import { checkDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
-import { checkConcurrencyLimit, checkRateLimit, type EffectiveLimits } from '../core/limits';
+import { checkConcurrencyLimit, checkRateLimit, LIMITS_NOT_YET, type EffectiveLimits } from '../core/limits';
 import { validateJob } from '../core/validate-job-spec';
 import type { JobContext } from '../core/job-context';
 import type { TaskMetadata, TaskOptions } from '../decorators/task.decorator';
 
-/** Task options named for limits that this release does not enforce yet. */
-const NOT_YET = ['groupConcurrency', 'groupRateLimit'] as const;
 
 export type TaskHandler = (payload: unknown, ctx: JobContext) => unknown;
 
@@ -65,7 +63,7 @@ export class TaskRegistry {
     const { timeout } = meta.options;
     const timeoutMs = timeout === undefined ? undefined : checkDuration('timeout', timeout, 1, 'JQ_INVALID_TASK_OPTIONS', where);
     // Limits of issue 27 not built yet: refused rather than silently ignored (a limit an app relies on must hold).
-    for (const option of NOT_YET) {
+    for (const option of LIMITS_NOT_YET) {
       if ((meta.options as Record<string, unknown>)[option] !== undefined) {
         throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: ${option} is not supported yet (globalConcurrency and rateLimit are): see docs/guides/limits.md`);
       }

@@ -80,9 +80,11 @@ export class Producer extends WorkerPart {
   }
 
   /** The pauses and the limits set at run time (sql listPaused, readTaskLimits), read on the claim connection, for the worker's Controls. */
-  readControls(): Promise<ControlRows> {
-    const read = async (client: Parameters<Parameters<ClaimConnection['run']>[0]>[0]) => [{ pauses: await this.db.runOn(client, 'listPaused', []), limits: await this.db.runOn(client, 'readTaskLimits', []) } as ControlRows];
-    return this.claims.run(read).then(([rows]) => rows);
+  async readControls(): Promise<ControlRows> {
+    const [rows] = await this.claims.run(async (client): Promise<ControlRows[]> => [
+      { pauses: await this.db.runOn(client, 'listPaused', []), limits: await this.db.runOn(client, 'readTaskLimits', []) },
+    ]);
+    return rows;
   }
 
   closeClaims(): Promise<void> {
