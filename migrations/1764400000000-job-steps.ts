@@ -57,8 +57,21 @@ export function createJobStepsMigration(schema: string): new () => JobQueueMigra
 /**
  * `add_job()`. With `batches: false` it is the function as CreateJobTables1763700000000 made
  * it (for down()); with `batches: true`, array payloads merge and a replaced job's steps go.
+ * With `grouped` (JobGroups1764900000000, batches too) it is `add_grouped_job()`: add_job with
+ * a job's `group_key` and trace context as four more parameters, written by the insert and by
+ * the replace of a waiting job (a job kept by `unsafe_dedupe` keeps its own).
  */
-function addJobFunction(s: string, channel: string, { batches }: { batches: boolean }): string {
+export function addJobFunction(s: string, channel: string, { batches, grouped = false }: { batches: boolean; grouped?: boolean }): string {
+  const fn = grouped ? 'add_grouped_job' : 'add_job';
+  const extraColumns = grouped ? ', group_key, trace_id, span_id, trace_flags' : '';
+  const extraValues = grouped ? `, ${fn}.group_key, ${fn}.trace_id, ${fn}.span_id, ${fn}.trace_flags` : '';
+  const extraUpdates = grouped
+    ? `
+              group_key = excluded.group_key,
+              trace_id = excluded.trace_id,
+              span_id = excluded.span_id,
+              trace_flags = excluded.trace_flags,`
+    : '';
   const payload = batches
     ? `case when jsonb_typeof(jobs.payload) = 'array' and jsonb_typeof(excluded.payload) = 'array'
                     then jobs.payload || excluded.payload else excluded.payload end`
@@ -66,7 +79,7 @@ function addJobFunction(s: string, channel: string, { batches }: { batches: bool
   // The insert gives revision 0; only the update of a waiting job (replaced or merged into) raises it.
   const forgetSteps = batches ? `if v_job.revision > 0 then delete from ${s}.job_steps st where st.job_id = v_job.id; end if;` : '';
   return `
-    create or replace function ${s}.add_job(
+    create or replace function ${s}.${fn}(
       identifier text,
       payload jsonb default null,
       queue_name text default null,
@@ -75,49 +88,53 @@ function addJobFunction(s: string, channel: string, { batches }: { batches: bool
       job_key text default null,
       priority integer default null,
       flags text[] default null,
-      job_key_mode text default 'replace'
+      job_key_mode text default 'replace'${grouped ? `,
+      group_key text default null,
+      trace_id uuid default null,
+      span_id bigint default null,
+      trace_flags smallint default null` : ''}
     ) returns ${s}.jobs
     language plpgsql volatile as $fn$
     #variable_conflict use_column
     declare
       v_job ${s}.jobs;
-      v_mode text := coalesce(add_job.job_key_mode, 'replace');
-      v_payload jsonb := coalesce(add_job.payload, '{}'::jsonb);
-      v_run_at timestamptz := coalesce(add_job.run_at, now());
-      v_max_attempts integer := coalesce(add_job.max_attempts, 25);
-      v_priority integer := coalesce(add_job.priority, 0);
-      v_flags text[] := coalesce(add_job.flags, '{}');
+      v_mode text := coalesce(${fn}.job_key_mode, 'replace');
+      v_payload jsonb := coalesce(${fn}.payload, '{}'::jsonb);
+      v_run_at timestamptz := coalesce(${fn}.run_at, now());
+      v_max_attempts integer := coalesce(${fn}.max_attempts, 25);
+      v_priority integer := coalesce(${fn}.priority, 0);
+      v_flags text[] := coalesce(${fn}.flags, '{}');
     begin
       if v_mode not in ('replace', 'preserve_run_at', 'unsafe_dedupe') then
         raise exception 'JQ_INVALID_JOB_KEY_MODE: job_key_mode must be replace, preserve_run_at or unsafe_dedupe, got %', v_mode
           using errcode = '22023';
       end if;
-      if add_job.queue_name is not null then
-        insert into ${s}.job_queues (queue_name) values (add_job.queue_name) on conflict do nothing;
+      if ${fn}.queue_name is not null then
+        insert into ${s}.job_queues (queue_name) values (${fn}.queue_name) on conflict do nothing;
       end if;
 
       loop
-        if add_job.job_key is null then
-          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags)
-            values (add_job.identifier, v_payload, add_job.queue_name, v_run_at, v_max_attempts, v_priority, v_flags)
+        if ${fn}.job_key is null then
+          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags${extraColumns})
+            values (${fn}.identifier, v_payload, ${fn}.queue_name, v_run_at, v_max_attempts, v_priority, v_flags${extraValues})
             returning * into v_job;
           exit;
         elsif v_mode = 'unsafe_dedupe' then
           -- Keep whatever job has this key, running or failed, untouched.
-          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, key, priority, flags)
-            values (add_job.identifier, v_payload, add_job.queue_name, v_run_at, v_max_attempts, add_job.job_key, v_priority, v_flags)
+          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, key, priority, flags${extraColumns})
+            values (${fn}.identifier, v_payload, ${fn}.queue_name, v_run_at, v_max_attempts, ${fn}.job_key, v_priority, v_flags${extraValues})
             on conflict (key) where key is not null do nothing
             returning * into v_job;
           if found then exit; end if;
-          select * into v_job from ${s}.jobs j where j.key = add_job.job_key;
+          select * into v_job from ${s}.jobs j where j.key = ${fn}.job_key;
           if found then return v_job; end if;
           -- it was deleted in between: try again
         else
           -- replace / preserve_run_at: update the keyed job unless a worker holds it;
           -- a failed job comes back to life with its attempts reset.${batches ? `
           -- Two array payloads merge: the new elements are appended (a batch job).` : ''}
-          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, key, priority, flags)
-            values (add_job.identifier, v_payload, add_job.queue_name, v_run_at, v_max_attempts, add_job.job_key, v_priority, v_flags)
+          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, key, priority, flags${extraColumns})
+            values (${fn}.identifier, v_payload, ${fn}.queue_name, v_run_at, v_max_attempts, ${fn}.job_key, v_priority, v_flags${extraValues})
             on conflict (key) where key is not null do update set
               task_identifier = excluded.task_identifier,
               payload = ${payload},
@@ -125,7 +142,7 @@ function addJobFunction(s: string, channel: string, { batches }: { batches: bool
               run_at = case when v_mode = 'preserve_run_at' and jobs.attempts = 0 then jobs.run_at else excluded.run_at end,
               max_attempts = excluded.max_attempts,
               priority = excluded.priority,
-              flags = excluded.flags,
+              flags = excluded.flags,${extraUpdates}
               revision = jobs.revision + 1,
               attempts = 0,
               last_error = null,
@@ -137,9 +154,9 @@ function addJobFunction(s: string, channel: string, { batches }: { batches: bool
           -- from it and stop it from being retried (it keeps running; its lock is not
           -- touched), then add a fresh job under the key.
           update ${s}.jobs j set key = null, attempts = greatest(j.attempts, j.max_attempts), updated_at = now()
-            where j.key = add_job.job_key and j.locked_at is not null;
-          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, key, priority, flags)
-            values (add_job.identifier, v_payload, add_job.queue_name, v_run_at, v_max_attempts, add_job.job_key, v_priority, v_flags)
+            where j.key = ${fn}.job_key and j.locked_at is not null;
+          insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, key, priority, flags${extraColumns})
+            values (${fn}.identifier, v_payload, ${fn}.queue_name, v_run_at, v_max_attempts, ${fn}.job_key, v_priority, v_flags${extraValues})
             on conflict (key) where key is not null do nothing
             returning * into v_job;
           if found then exit; end if;

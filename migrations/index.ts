@@ -11,6 +11,7 @@ import { createJobCountsMigration } from './1764500000000-job-counts';
 import { createPausesMigration } from './1764600000000-pauses';
 import { createSchedulesMigration } from './1764700000000-schedules';
 import { createTaskLimitsMigration } from './1764800000000-task-limits';
+import { createJobGroupsMigration } from './1764900000000-job-groups';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -34,5 +35,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createPausesMigration(schema),
     createSchedulesMigration(schema),
     createTaskLimitsMigration(schema),
+    createJobGroupsMigration(schema),
   ];
 }

@@ -17,7 +17,7 @@ export async function openPlainSqlAdder(url: string): Promise<SingleAdder> {
   await client.connect();
   return {
     addOne: (index) =>
-      client.query({ name: 'bench_add_job', text: sql.addJobKeyless, values: [TASK, JSON.stringify({ index }), null, null, null, null, null, null, null, null] }),
+      client.query({ name: 'bench_add_job', text: sql.addJobKeyless, values: [TASK, JSON.stringify({ index }), null, null, null, null, null, null, null, null, null] }),
     close: () => client.end(),
   };
 }

@@ -139,17 +139,6 @@ describe('globalConcurrency in one process', () => {
     assert.equal(await mostAtOnce(sql, ids), 1);
   });
 
-  it('groupConcurrency and groupRateLimit (not built yet) are refused at startup, not ignored', async () => {
-    for (const [option, value] of [['groupConcurrency', 1], ['groupRateLimit', { max: 5, per: '1s' }]] as const) {
-      @Injectable()
-      class NotYet {
-        async run() {}
-      }
-      Task('not_yet', { [option]: value } as never)(NotYet.prototype, 'run', Object.getOwnPropertyDescriptor(NotYet.prototype, 'run')!);
-      await assert.rejects(createTestApp({ url: db.url, providers: [NotYet], jobQueue: { worker: false } }), { code: 'JQ_INVALID_TASK_OPTIONS' }, option);
-    }
-  });
-
   for (const bad of [0, -1, 1.5, Number.NaN, '2', null]) {
     it(`globalConcurrency ${typeof bad === 'string' ? JSON.stringify(bad) : String(bad)}: JQ_INVALID_LIMIT at startup`, async () => {
       @Injectable()

@@ -69,8 +69,10 @@ describe('limits: bad input', () => {
     { rateLimit: { max: 5, per: 'bogus' } },
     { rateLimit: 10 },
     { concurrency: 3 },
-    { groupConcurrency: 1 },
-    { groupRateLimit: { max: 1, per: '1s' } },
+    { groupConcurrency: 0 },
+    { groupConcurrency: 1.5 },
+    { groupRateLimit: { max: 1 } },
+    { groupRateLimit: { max: 1, per: '0s' } },
   ];
   for (const bad of badOverrides) {
     it(`setTaskLimits(known, ${JSON.stringify(bad)}): JQ_INVALID_LIMIT, nothing written`, async () => {
@@ -85,8 +87,15 @@ describe('limits: bad input', () => {
     assert.deepEqual((await sql.query('select * from job_queue.task_limits')).rows, []);
     await t.jobs.setTaskLimits('elsewhere', { globalConcurrency: 3 });
     await t.jobs.setTaskLimits('elsewhere', { rateLimit: { max: 10, per: '1m' } });
+    await t.jobs.setTaskLimits('elsewhere', { groupConcurrency: 2, groupRateLimit: { max: 3, per: 1000 } });
     const { rows } = await sql.query('select task_identifier, limits from job_queue.task_limits');
-    assert.deepEqual(rows, [{ task_identifier: 'elsewhere', limits: { globalConcurrency: 3, rateLimit: { max: 10, perMs: 60_000 } } }], 'a second call adds to the first');
+    assert.deepEqual(
+      rows,
+      [{ task_identifier: 'elsewhere', limits: { globalConcurrency: 3, rateLimit: { max: 10, perMs: 60_000 }, groupConcurrency: 2, groupRateLimit: { max: 3, perMs: 1000 } } }],
+      'later calls add to the first',
+    );
+    const listed = (await t.jobs.listTaskLimits()).find((entry) => entry.task === 'elsewhere');
+    assert.deepEqual(listed?.limits, { concurrency: 3, rate: { max: 10, perMs: 60_000 }, groupConcurrency: 2, groupRate: { max: 3, perMs: 1000 } });
     await t.jobs.resetTaskLimits('elsewhere');
     assert.deepEqual((await sql.query('select * from job_queue.task_limits')).rows, []);
   });

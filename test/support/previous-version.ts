@@ -1,6 +1,6 @@
 /**
  * A previous version of the library, for upgrade tests: the package as it was at commit
- * PREVIOUS_VERSION (or FIRST_RELEASE, LIFECYCLE_VERSION, OPERATIONS_VERSION, QUEUE_HEADS_VERSION, EVENTS_VERSION), packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
+ * PREVIOUS_VERSION (or FIRST_RELEASE, LIFECYCLE_VERSION, … LIMITS_VERSION below), packed into test/fixtures/nestjs-job-queue-<commit>.tgz by
  * test/fixtures/pack-previous-version.sh and kept in the repository, installed into an app
  * folder of its own without the network; and worker processes of the app
  * test/fixtures/old-worker.js running on it (see that file for its tasks and commands).
@@ -34,6 +34,8 @@ export const EVENTS_VERSION = '9ca3c3e';
 export const FLOWS_VERSION = '1572e48';
 /** The last commit before migration TaskLimits1764800000000 (it has every migration through Schedules1764700000000). */
 export const SCHEDULES_VERSION = '55a4e3d';
+/** The last commit before migration JobGroups1764900000000 (it has every migration through TaskLimits1764800000000). */
+export const LIMITS_VERSION = '3209aae';
 /** The migrations FLOWS_VERSION knows, as its library lists them. */
 export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
   'CreateJobTables1763700000000',

@@ -12,7 +12,7 @@ import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess, type Wor
 
 /** The table the `limited` task of worker-process.ts (LIMITED=1) records its attempts in. */
 export const LIMITED_RUNS_TABLE = `create table limited_runs (
-  job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz,
+  job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz, group_key text,
   primary key (job_id, attempt))`;
 
 export interface ProcessSuite {

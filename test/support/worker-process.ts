@@ -234,9 +234,10 @@ class CronTasks {
 
 /**
  * LIMITED=1: `limited` ({ ms }), with globalConcurrency GLOBAL_CONCURRENCY (default 2; `none`: unlimited, for a
- * drain to compare with) and, with RATE_LIMIT=`<max>/<per ms>`, that rateLimit: records
- * its start in the test's `limited_runs` table (job_id, pid, attempt, started_at, ended_at, by
- * the server's clock_timestamp()), sleeps `ms`, then records its end. And `partner`
+ * drain to compare with) and, with RATE_LIMIT=`<max>/<per ms>`, that rateLimit (GROUP_CONCURRENCY=n and
+ * GROUP_RATE_LIMIT=`<max>/<per ms>`: those limits per group): records its start in the test's
+ * `limited_runs` table (job_id, pid, attempt, started_at, ended_at, by the server's
+ * clock_timestamp(), and the job's group), sleeps `ms`, then records its end. And `partner`
  * ({ retryAfter? }): records each run in the test's `partner_runs` table (job_id, pid,
  * attempt, started_at); on its job's first run, with `retryAfter`, calls ctx.rateLimited(retryAfter).
  */
@@ -246,7 +247,12 @@ class LimitedTasks {
 
   @Task('limited', limitedOptions())
   async limited(payload: { ms: number }, ctx: JobContext) {
-    await this.dataSource.query('insert into limited_runs (job_id, pid, attempt, started_at) values ($1, $2, $3, clock_timestamp())', [ctx.job.id, process.pid, ctx.job.attempts]);
+    await this.dataSource.query('insert into limited_runs (job_id, pid, attempt, started_at, group_key) values ($1, $2, $3, clock_timestamp(), $4)', [
+      ctx.job.id,
+      process.pid,
+      ctx.job.attempts,
+      ctx.job.group,
+    ]);
     await new Promise((resolve) => setTimeout(resolve, payload.ms));
     await this.dataSource.query('update limited_runs set ended_at = clock_timestamp() where job_id = $1 and attempt = $2', [ctx.job.id, ctx.job.attempts]);
   }
@@ -263,8 +269,16 @@ class LimitedTasks {
 
 function limitedOptions() {
   const concurrency = process.env.GLOBAL_CONCURRENCY === 'none' ? {} : { globalConcurrency: Number(process.env.GLOBAL_CONCURRENCY ?? 2) };
-  const [max, per] = (process.env.RATE_LIMIT ?? '').split('/').map(Number);
-  return process.env.RATE_LIMIT ? { ...concurrency, rateLimit: { max, per } } : concurrency;
+  const rate = (variable: string) => {
+    const [max, per] = (process.env[variable] ?? '').split('/').map(Number);
+    return process.env[variable] ? { max, per } : undefined;
+  };
+  return {
+    ...concurrency,
+    ...(process.env.RATE_LIMIT ? { rateLimit: rate('RATE_LIMIT') } : {}),
+    ...(process.env.GROUP_CONCURRENCY ? { groupConcurrency: Number(process.env.GROUP_CONCURRENCY) } : {}),
+    ...(process.env.GROUP_RATE_LIMIT ? { groupRateLimit: rate('GROUP_RATE_LIMIT') } : {}),
+  };
 }
 
 const providers: Provider[] = [ProcessTasks, ...(process.env.CRON === '1' ? [CronTasks] : []), ...(process.env.LIMITED === '1' ? [LimitedTasks] : [])];

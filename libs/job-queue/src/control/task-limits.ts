@@ -1,4 +1,4 @@
-import { mergeLimits, type EffectiveLimits } from '../core/limits';
+import { hasLimits, mergeLimits, type EffectiveLimits } from '../core/limits';
 import type { TaskRegistry } from '../discovery/task-registry';
 import type { Controls } from './controls';
 
@@ -49,7 +49,7 @@ export class TaskLimits {
     const limits = new Map<string, EffectiveLimits>();
     for (const task of this.tasks.all()) {
       const merged = mergeLimits(task.limits, this.controls.overrideOf(task.identifier));
-      if (merged.concurrency !== undefined || merged.rate !== undefined) limits.set(task.identifier, merged);
+      if (hasLimits(merged)) limits.set(task.identifier, merged);
     }
     this.limits = limits;
     return limits;

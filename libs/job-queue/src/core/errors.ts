@@ -13,6 +13,7 @@ export type JobQueueErrorCode =
   | 'JQ_INVALID_RUN_AT'
   | 'JQ_INVALID_PAYLOAD'
   | 'JQ_INVALID_FLAGS'
+  | 'JQ_INVALID_GROUP'
   | 'JQ_INVALID_JOB_ID'
   | 'JQ_INVALID_SPEC'
   | 'JQ_NO_TRANSACTION'

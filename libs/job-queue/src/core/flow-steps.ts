@@ -6,7 +6,7 @@ import type { JobState } from './job-state';
 export type DependencyFailurePolicy = 'fail' | 'ignore' | 'continue';
 
 /** One step of `addFlow`: a job, named by `ref` in its flow, that runs once the steps it `dependsOn` have finished. */
-export interface FlowStep extends Omit<JobSpec, 'manager' | 'jobKey' | 'jobKeyMode' | 'dedupeFor'> {
+export interface FlowStep extends Omit<JobSpec, 'manager' | 'jobKey' | 'jobKeyMode' | 'dedupeFor' | 'group'> {
   /** The step's name in its flow: unique in it, at most 128 characters. */
   ref: string;
   identifier: string;
@@ -83,6 +83,7 @@ export function orderFlowSteps(steps: unknown): FlowStep[] {
     }
     if (byRef.has(ref)) throw invalid(`the ref '${ref}' is used by two steps`);
     if ('jobKey' in step || 'jobKeyMode' in step) throw invalid(`step '${ref}': a flow's jobs take no jobKey`);
+    if ('group' in step) throw invalid(`step '${ref}': a flow's jobs take no group (not supported yet)`);
     if (dependsOn !== undefined && (!Array.isArray(dependsOn) || dependsOn.some((d) => typeof d !== 'string'))) {
       throw invalid(`step '${ref}': dependsOn must be an array of refs`);
     }

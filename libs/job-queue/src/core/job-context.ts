@@ -11,6 +11,8 @@ export interface JobInfo {
   attempts: number;
   maxAttempts: number;
   queueName: string | null;
+  /** Its `group` (limits per group: `groupConcurrency`, `groupRateLimit`), or null. */
+  group: string | null;
   key: string | null;
   runAt: Date;
   flags: string[];

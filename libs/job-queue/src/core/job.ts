@@ -41,6 +41,12 @@ export interface JobSpec {
    * adds nothing. Past it, the add does what `jobKeyMode` says.
    */
   dedupeFor?: number | string;
+  /**
+   * The job's group (a tenant id, say): its task's `groupConcurrency` and `groupRateLimit` apply
+   * to each group apart. 1 to 128 characters; not with `queueName` (a named queue already runs
+   * one job at a time), nor in flows.
+   */
+  group?: string;
   /** Join this transaction: the job exists only if it commits. */
   manager?: EntityManager;
 }
@@ -62,6 +68,8 @@ export interface Job<Payload = unknown, Result = unknown> {
   flowRef: string | null;
   taskIdentifier: string;
   queueName: string | null;
+  /** Its `group`, or null (and null once it finished: history does not keep it). */
+  group: string | null;
   payload: Payload;
   priority: number;
   runAt: Date;
@@ -122,6 +130,7 @@ export interface JobRow {
   trace_flags?: number | null;
   flow_id?: string | null;
   flow_ref?: string | null;
+  group_key?: string | null;
   /** Rows of a read (sql/read.ts) carry these; rows of add do not. */
   state?: JobState;
   result?: unknown;
@@ -151,6 +160,7 @@ export function toJob<Payload = unknown, Result = unknown>(row: JobRow): Job<Pay
     flowRef: row.flow_ref ?? null,
     taskIdentifier: row.task_identifier,
     queueName: row.queue_name,
+    group: row.group_key ?? null,
     payload: row.payload as Payload,
     priority: row.priority,
     runAt: row.run_at,

@@ -19,26 +19,58 @@ export interface CheckedRate {
   perMs: number;
 }
 
-/** What limits a task's claims, all sources merged (control/task-limits.ts); an absent key is no limit. */
+/**
+ * What limits a task's claims, all sources merged (control/task-limits.ts); an absent key is no
+ * limit. The group limits apply to each `group` of the task's jobs apart (a job without a group
+ * is in none, limited only by the task's own limits).
+ */
 export interface EffectiveLimits {
   concurrency?: number;
   rate?: CheckedRate;
+  groupConcurrency?: number;
+  groupRate?: CheckedRate;
 }
 
 /** The limits `setTaskLimits` takes: each key given overrides the decorator's value; null removes that limit. */
 export interface TaskLimitsOverride {
   globalConcurrency?: number | null;
   rateLimit?: RateLimit | null;
+  groupConcurrency?: number | null;
+  groupRateLimit?: RateLimit | null;
 }
 
 /** An override as it is stored (`task_limits.limits`) and read back: rates in ms. */
 export interface StoredLimits {
   globalConcurrency?: number | null;
   rateLimit?: CheckedRate | null;
+  groupConcurrency?: number | null;
+  groupRateLimit?: CheckedRate | null;
 }
 
-/** Limits named by the design that this release does not enforce yet: refused (by the task registry and setTaskLimits) rather than ignored. */
-export const LIMITS_NOT_YET: readonly string[] = ['groupConcurrency', 'groupRateLimit'];
+/** Each limit's name in `@Task` options and setTaskLimits, how it is checked, and its key in EffectiveLimits. */
+const LIMIT_KEYS = {
+  globalConcurrency: { effective: 'concurrency', check: (name: string, value: unknown, where: string) => checkConcurrencyLimit(name, value, where) },
+  rateLimit: { effective: 'rate', check: (name: string, value: unknown, where: string) => checkRateLimit(name, value, where) },
+  groupConcurrency: { effective: 'groupConcurrency', check: (name: string, value: unknown, where: string) => checkConcurrencyLimit(name, value, where) },
+  groupRateLimit: { effective: 'groupRate', check: (name: string, value: unknown, where: string) => checkRateLimit(name, value, where) },
+} as const satisfies Record<keyof StoredLimits, { effective: keyof EffectiveLimits; check: (name: string, value: unknown, where: string) => unknown }>;
+
+type LimitName = keyof typeof LIMIT_KEYS;
+const LIMIT_NAMES = Object.keys(LIMIT_KEYS) as LimitName[];
+
+/** Checks the limits a `@Task` declares (JQ_INVALID_LIMIT, naming `where`), as the claim uses them. */
+export function checkDeclaredLimits(options: Partial<Record<LimitName, unknown>>, where: string): EffectiveLimits {
+  const limits: Record<string, unknown> = {};
+  for (const name of LIMIT_NAMES) {
+    if (options[name] !== undefined) limits[LIMIT_KEYS[name].effective] = LIMIT_KEYS[name].check(name, options[name], where);
+  }
+  return limits as EffectiveLimits;
+}
+
+/** Whether any limit is set: the task is claimed apart (worker/limited-claim.ts). */
+export function hasLimits(limits: EffectiveLimits): boolean {
+  return Object.values(limits).some((value) => value !== undefined);
+}
 
 /**
  * Checks a concurrency limit (`globalConcurrency`): a whole number of at least 1. Anything
@@ -68,27 +100,28 @@ export function checkLimitsOverride(value: unknown, where: string): StoredLimits
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: the limits must be an object such as { globalConcurrency: 5 }, got ${describe(value)}`);
   }
-  const { globalConcurrency, rateLimit, ...rest } = value as Record<string, unknown>;
-  const later = Object.keys(rest).filter((key) => LIMITS_NOT_YET.includes(key));
-  if (later.length > 0) throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: ${later.join(', ')} is not supported yet: see docs/guides/limits.md`);
-  const unknown = Object.keys(rest);
-  if (unknown.length > 0) throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: unknown limit ${unknown.join(', ')} (globalConcurrency and rateLimit are)`);
-  const stored: StoredLimits = {};
-  if (globalConcurrency !== undefined) stored.globalConcurrency = globalConcurrency === null ? null : checkConcurrencyLimit('globalConcurrency', globalConcurrency, where);
-  if (rateLimit !== undefined) stored.rateLimit = rateLimit === null ? null : checkRateLimit('rateLimit', rateLimit, where);
-  if (Object.keys(stored).length === 0) throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: no limit given (globalConcurrency or rateLimit; resetTaskLimits goes back to the decorator's)`);
-  return stored;
+  const given = value as Record<string, unknown>;
+  const unknown = Object.keys(given).filter((key) => !(LIMIT_NAMES as string[]).includes(key));
+  if (unknown.length > 0) throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: unknown limit ${unknown.join(', ')} (${LIMIT_NAMES.join(', ')} are)`);
+  const stored: Record<string, unknown> = {};
+  for (const name of LIMIT_NAMES) {
+    if (given[name] !== undefined) stored[name] = given[name] === null ? null : LIMIT_KEYS[name].check(name, given[name], where);
+  }
+  if (Object.keys(stored).length === 0) throw new JobQueueError('JQ_INVALID_LIMIT', `${where}: no limit given (${LIMIT_NAMES.join(', ')}; resetTaskLimits goes back to the decorator's)`);
+  return stored as StoredLimits;
 }
 
 /** The decorator's limits with an override over them: a key the override has replaces the decorator's, null removing it. */
 export function mergeLimits(declared: EffectiveLimits, override: StoredLimits | undefined): EffectiveLimits {
   if (!override) return declared;
-  const merged: EffectiveLimits = { ...declared };
-  if (override.globalConcurrency !== undefined) merged.concurrency = override.globalConcurrency ?? undefined;
-  if (override.rateLimit !== undefined) merged.rate = override.rateLimit ?? undefined;
-  if (merged.concurrency === undefined) delete merged.concurrency;
-  if (merged.rate === undefined) delete merged.rate;
-  return merged;
+  const merged: Record<string, unknown> = { ...declared };
+  for (const name of LIMIT_NAMES) {
+    const value = override[name];
+    if (value === undefined) continue;
+    if (value === null) delete merged[LIMIT_KEYS[name].effective];
+    else merged[LIMIT_KEYS[name].effective] = value;
+  }
+  return merged as EffectiveLimits;
 }
 
 function describe(value: unknown): string {

@@ -8,6 +8,7 @@ export const LIMITS = {
   identifierLength: 128,
   queueNameLength: 128,
   jobKeyLength: 512,
+  groupLength: 128,
   smallintMin: -32768,
   smallintMax: 32767,
 } as const;
@@ -27,6 +28,8 @@ export interface ValidJob {
   flags: string[] | null;
   /** `dedupeFor` in ms, or null. */
   dedupeForMs: number | null;
+  /** The job's group, or null. */
+  group: string | null;
 }
 
 /** The longest `dedupeFor`: a year. */
@@ -36,7 +39,7 @@ function fail(code: ConstructorParameters<typeof JobQueueError>[0], message: str
   throw new JobQueueError(code, message);
 }
 
-export function optionalString(value: unknown, code: 'JQ_INVALID_QUEUE_NAME' | 'JQ_INVALID_JOB_KEY', field: string, max: number): string | null {
+export function optionalString(value: unknown, code: 'JQ_INVALID_QUEUE_NAME' | 'JQ_INVALID_JOB_KEY' | 'JQ_INVALID_GROUP', field: string, max: number): string | null {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'string' || value.length === 0 || value.length > max) {
     fail(code, `${field} must be a non-empty string of at most ${max} characters, got ${describe(value)}`);
@@ -102,10 +105,14 @@ export function validateJob(
     if (jobKey === null) fail('JQ_INVALID_SPEC', 'dedupeFor needs a jobKey: it throttles the adds of one key');
     dedupeForMs = checkDuration('dedupeFor', spec.dedupeFor, 1, 'JQ_INVALID_SPEC', undefined, MAX_DEDUPE_MS);
   }
+  const queueName = optionalString(spec.queueName, 'JQ_INVALID_QUEUE_NAME', 'queueName', LIMITS.queueNameLength);
+  const group = optionalString(spec.group, 'JQ_INVALID_GROUP', 'group', LIMITS.groupLength);
+  // A named queue runs its jobs one at a time already; a group limit inside one would limit nothing.
+  if (group !== null && queueName !== null) fail('JQ_INVALID_GROUP', `a job of a named queue (${queueName}) cannot have a group: the queue already runs its jobs one at a time`);
   return {
     identifier: validateTaskIdentifier(identifier),
     payloadJson: payloadToJson(payload, maxJsonBytes),
-    queueName: optionalString(spec.queueName, 'JQ_INVALID_QUEUE_NAME', 'queueName', LIMITS.queueNameLength),
+    queueName,
     runAt: runAt ?? null,
     maxAttempts: optionalSmallint(spec.maxAttempts, 'JQ_INVALID_MAX_ATTEMPTS', 'maxAttempts', 1),
     jobKey,
@@ -113,6 +120,7 @@ export function validateJob(
     priority: optionalSmallint(spec.priority, 'JQ_INVALID_PRIORITY', 'priority', LIMITS.smallintMin),
     flags: flags ?? null,
     dedupeForMs,
+    group,
   };
 }
 

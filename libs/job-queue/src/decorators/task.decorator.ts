@@ -42,6 +42,14 @@ export interface TaskOptions {
    * claims such a task only for its free slots (no prefetch). See docs/guides/limits.md.
    */
   rateLimit?: RateLimit;
+  /**
+   * At most this many attempts at once per `group` of the task's jobs (the job spec's `group`,
+   * for example a tenant id), across the cluster; groups run side by side. A job without a group
+   * is not limited by it. See docs/guides/limits.md.
+   */
+  groupConcurrency?: number;
+  /** `rateLimit` for each `group` of the task's jobs apart: `{ max: 100, per: '1m' }` per tenant. */
+  groupRateLimit?: RateLimit;
   /** Replaces the default backoff, exp(min(10, attempts)) seconds. */
   retryDelay?: RetryDelay;
   /** Cron only: payload merged into `{ _cron }` of every scheduled job. */

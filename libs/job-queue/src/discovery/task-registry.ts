@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { NestCronOptions } from './cron-metadata';
 import { checkDuration } from '../core/duration';
 import { JobQueueError } from '../core/errors';
-import { checkConcurrencyLimit, checkRateLimit, LIMITS_NOT_YET, type EffectiveLimits } from '../core/limits';
+import { checkDeclaredLimits, type EffectiveLimits } from '../core/limits';
 import { validateJob } from '../core/validate-job-spec';
 import type { JobContext } from '../core/job-context';
 import type { TaskMetadata, TaskOptions } from '../decorators/task.decorator';
@@ -21,7 +21,7 @@ export interface RegisteredTask {
   cron?: NestCronOptions;
   /** The task's own `timeout`, in ms; the module's `jobTimeout` applies when it has none. */
   timeoutMs?: number;
-  /** The task's `globalConcurrency` and `rateLimit`, checked (setTaskLimits may override them: control/task-limits.ts). */
+  /** The task's `globalConcurrency`, `rateLimit`, `groupConcurrency` and `groupRateLimit`, checked (setTaskLimits may override them: control/task-limits.ts). */
   limits: EffectiveLimits;
 }
 
@@ -62,16 +62,7 @@ export class TaskRegistry {
     }
     const { timeout } = meta.options;
     const timeoutMs = timeout === undefined ? undefined : checkDuration('timeout', timeout, 1, 'JQ_INVALID_TASK_OPTIONS', where);
-    // Limits of issue 27 not built yet: refused rather than silently ignored (a limit an app relies on must hold).
-    for (const option of LIMITS_NOT_YET) {
-      if ((meta.options as Record<string, unknown>)[option] !== undefined) {
-        throw new JobQueueError('JQ_INVALID_TASK_OPTIONS', `${where}: ${option} is not supported yet (globalConcurrency and rateLimit are): see docs/guides/limits.md`);
-      }
-    }
-    const { globalConcurrency, rateLimit } = meta.options;
-    const limits: EffectiveLimits = {};
-    if (globalConcurrency !== undefined) limits.concurrency = checkConcurrencyLimit('globalConcurrency', globalConcurrency, where);
-    if (rateLimit !== undefined) limits.rate = checkRateLimit('rateLimit', rateLimit, where);
+    const limits = checkDeclaredLimits(meta.options, where);
     const existing = this.tasks.get(meta.identifier);
     if (existing) {
       throw new JobQueueError(

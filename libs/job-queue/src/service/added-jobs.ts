@@ -48,6 +48,7 @@ export function addedJobs(jobs: readonly ValidJob[], rows: readonly AddedRow[], 
       trace_id: trace?.traceId ?? null,
       span_id: trace?.spanId ?? null,
       trace_flags: trace?.flags ?? null,
+      group_key: job.group,
     };
     return toJob(full);
   });

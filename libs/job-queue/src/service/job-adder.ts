@@ -40,16 +40,14 @@ export class JobAdder {
     const [added] = await this.telemetry.traceAdd([job], 'add', async (carrier) => {
       const trace = toTraceColumns(carrier);
       if (job.jobKey === null) {
-        const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace)];
+        const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
         const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
         if (slot) return this.addStarted(job, keyless, trace, slot);
         return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const addKeyed = async (into?: EntityManager) => {
-        const rows = trace
-          ? await this.db.run<JobRow>('addJobTraced', [...values, ...traceValues(trace)], into)
-          : await this.db.run<JobRow>('addJob', values, into);
+        const rows = await this.db.run<JobRow>('addJobKeyed', [...values, job.group, ...traceValues(trace)], into);
         return rows.map((row) => toJob(row));
       };
       return job.dedupeForMs === null ? addKeyed(manager) : addDeduped(this.db, { ...job, jobKey: job.jobKey, dedupeForMs: job.dedupeForMs }, manager, addKeyed);
@@ -114,12 +112,11 @@ export class JobAdder {
     ];
     const keyed = jobs.some((j) => j.jobKey !== null);
     const keys = [jobs.map((j) => j.jobKey), jobs.map((j) => j.jobKeyMode)];
+    const groups = jobs.some((j) => j.group !== null) ? jobs.map((j) => j.group) : null;
     return this.telemetry.traceAdd(jobs, 'addMany', async (carrier) => {
       const trace = toTraceColumns(carrier);
-      if (!keyed) return addedJobs(jobs, await this.db.run<AddedRow>('addJobsBulk', [...columns, ...traceValues(trace)], manager), trace);
-      const rows = trace
-        ? await this.db.run<JobRow>('addJobsKeyedTraced', [...columns, ...keys, ...traceValues(trace)], manager)
-        : await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys], manager);
+      if (!keyed) return addedJobs(jobs, await this.db.run<AddedRow>('addJobsBulk', [...columns, ...traceValues(trace), groups], manager), trace);
+      const rows = await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys, groups ?? jobs.map(() => null), ...traceValues(trace)], manager);
       return rows.map((row) => toJob(row));
     });
   }

@@ -158,6 +158,7 @@ export class JobFlows {
   /** `ctx.continueWith()`'s job, checked when called: a flow's jobs take no jobKey. */
   continuation(identifier: string, payload: unknown, spec: Omit<JobSpec, 'manager'> = {}): ValidJob {
     if (spec && ('jobKey' in spec || 'jobKeyMode' in spec)) throw new JobQueueError('JQ_INVALID_FLOW', `continueWith('${identifier}'): a flow's jobs take no jobKey`);
+    if (spec && 'group' in spec) throw new JobQueueError('JQ_INVALID_FLOW', `continueWith('${identifier}'): a flow's jobs take no group (not supported yet)`);
     return this.specs.validate(identifier, payload, spec ?? {});
   }
 

@@ -1,6 +1,6 @@
 /**
  * Adding jobs, the data path's first step (add → row + NOTIFY → claim → run → release): one
- * job or many, keyed (through add_job()) or keyless (plain inserts), each NOTIFYing the jobs
+ * job or many, keyed (through add_grouped_job()) or keyless (plain inserts), each NOTIFYing the jobs
  * channel when due. `s` is the quoted schema, `channel` the jobs channel.
  */
 
@@ -11,26 +11,34 @@ import { jobColumns } from './job-columns';
 
 /**
  * The columns a job without a key is inserted with, and their values from addJobKeyless's
- * parameters ($1..$10), the table's defaults (core/job-defaults.ts) for what the caller
+ * parameters ($1..$11), the table's defaults (core/job-defaults.ts) for what the caller
  * left out: shared by addJobKeyless and addJobStarted.
  */
-const KEYLESS_COLUMNS = 'task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags';
+const KEYLESS_COLUMNS = 'task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags, group_key';
 const KEYLESS_VALUES = `$1::text, coalesce($2::jsonb, '{}'::jsonb), $3::text, coalesce($4::timestamptz, now()), coalesce($5::integer, ${DEFAULT_MAX_ATTEMPTS}),
-                coalesce($6::integer, ${DEFAULT_PRIORITY}), coalesce($7::text[], '{}'), $8::uuid, $9::bigint, $10::smallint`;
+                coalesce($6::integer, ${DEFAULT_PRIORITY}), coalesce($7::text[], '{}'), $8::uuid, $9::bigint, $10::smallint, $11::text`;
+
+/** add_grouped_job()'s parameters after add_job's nine: the group, then the trace context (addJobKeyed). */
+const GROUPED_TAIL = '$10::text, $11::uuid, $12::bigint, $13::smallint';
 
 /** An add's new row's times (service/added-jobs.ts), from a CTE named `inserted`: whole epoch microseconds (sql/epoch-microseconds.ts). */
 const ADDED_TIMES = `${epochMicroseconds('inserted.run_at')} as run_at_us, ${epochMicroseconds('inserted.created_at')} as created_at_us`;
 
 export function createAddQueries(s: string, channel: string) {
   return {
-    /** $1 identifier, $2 payload (json text), $3 queue, $4 run_at, $5 max_attempts, $6 key, $7 priority, $8 flags, $9 key mode */
-    addJob: `select ${jobColumns('j')} from ${s}.add_job($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text) j`,
+    /**
+     * A job with a job key: add_grouped_job() (add_job() with the group and the trace context,
+     * written in one row version). $1 identifier, $2 payload (json text), $3 queue, $4 run_at,
+     * $5 max_attempts, $6 key, $7 priority, $8 flags, $9 key mode, $10 group, $11 $12 $13 the
+     * trace id, span id and trace flags of the span that adds it (telemetry/trace-context.ts), or nulls.
+     */
+    addJobKeyed: `select ${jobColumns('j')} from ${s}.add_grouped_job($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text, ${GROUPED_TAIL}) j`,
     /**
      * A job without a job key, as add_job() would add it, in plain SQL: no function call
      * (plpgsql costs about a sixth of the round trip), and only what the database decides
      * comes back (service/added-jobs.ts). $1 identifier, $2 payload (json text), $3 queue,
      * $4 run_at, $5 max_attempts, $6 priority, $7 flags, $8 $9 $10 the trace id, span id and
-     * trace flags of the span that adds it, or nulls.
+     * trace flags of the span that adds it, or nulls, $11 its group or null.
      */
     addJobKeyless: `
       with queue as (
@@ -49,29 +57,28 @@ export function createAddQueries(s: string, channel: string) {
      * attempt 1 started, as claimJobs would leave it, and without a NOTIFY, so that no other
      * worker looks for it. If $11 has no row (the cluster declared it dead) or the job is not
      * due, it is added as addJobKeyless adds it, NOTIFY included (`locked_by` null).
-     * $1..$10 are addJobKeyless's ($3 null: no named queue), $11 the worker's id.
+     * $1..$11 are addJobKeyless's ($3 null: no named queue), $12 the worker's id.
      */
     addJobStarted: `
       with claimer as (
-        select exists (select 1 from ${s}.workers w where w.id = $11::text) and coalesce($4::timestamptz, now()) <= now() as takes
+        select exists (select 1 from ${s}.workers w where w.id = $12::text) and coalesce($4::timestamptz, now()) <= now() as takes
       ),
       inserted as (
         insert into ${s}.jobs (${KEYLESS_COLUMNS}, attempts, locked_at, locked_by, started_at)
         select ${KEYLESS_VALUES},
                case when c.takes then 1 else 0 end, case when c.takes then now() end,
-               case when c.takes then $11::text end, case when c.takes then now() end
+               case when c.takes then $12::text end, case when c.takes then now() end
         from claimer c
         returning id, run_at, created_at, locked_by
       ),
       notified as (select pg_notify('${channel}', '') from inserted where locked_by is null and run_at <= now())
       select inserted.id, ${ADDED_TIMES}, inserted.locked_by from inserted left join notified on true`,
-    /** addJob with $10 trace id, $11 span id, $12 trace flags of the span that adds it (telemetry/trace-context.ts): only when telemetry has one. */
-    addJobTraced: `select ${jobColumns('j')} from ${s}.add_job_traced($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::integer, $6::text, $7::integer, $8::text[], $9::text, $10::uuid, $11::bigint, $12::smallint) j`,
 
     /**
      * Many jobs without job keys in one statement: set-based, one NOTIFY.
      * $1..$7 are parallel arrays: identifiers, payloads (json text), queues, run_ats, max_attempts, priorities, flags (json text);
-     * $8, $9, $10 the trace id, span id and trace flags of the span that adds them, or nulls.
+     * $8, $9, $10 the trace id, span id and trace flags of the span that adds them, or nulls;
+     * $11 their groups (an array parallel to $1), or null when none has one.
      * Returns only what the database decides (id, run_at_us, created_at_us), in the order given: the
      * rest of each new row is what the caller sent (service/added-jobs.ts), and sending it back
      * would cost more than the insert.
@@ -87,29 +94,23 @@ export function createAddQueries(s: string, channel: string) {
         on conflict do nothing
       ),
       inserted as (
-        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags)
+        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags, group_key)
         select identifier, coalesce(payload::jsonb, '{}'::jsonb), queue_name, coalesce(run_at, now()),
                coalesce(max_attempts, ${DEFAULT_MAX_ATTEMPTS}), coalesce(priority, ${DEFAULT_PRIORITY}),
-               case when flags is null then '{}'::text[] else array(select jsonb_array_elements_text(flags::jsonb)) end, $8::uuid, $9::bigint, $10::smallint
+               case when flags is null then '{}'::text[] else array(select jsonb_array_elements_text(flags::jsonb)) end, $8::uuid, $9::bigint, $10::smallint,
+               ($11::text[])[ord::int]
         from specs order by ord
         returning id, run_at, created_at
       ),
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
       select inserted.id, ${ADDED_TIMES} from inserted left join notified on true order by inserted.id`,
 
-    /** Many jobs, some with job keys: add_job per spec, in order, in one statement. The parameters of addJobsBulk but its trace, plus $8 keys, $9 key modes. */
+    /** Many jobs, some with job keys: add_grouped_job per spec, in order, in one statement. addJobsBulk's $1..$7, then $8 keys, $9 key modes, $10 groups, $11 $12 $13 the trace context or nulls. */
     addJobsKeyed: `
-      select ${jobColumns('j')} from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[])
-          with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, key, key_mode, ord)
-        cross join lateral ${s}.add_job(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
-          array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode) as j
-      order by s.ord`,
-    /** addJobsKeyed with $10, $11, $12 the trace id, span id and trace flags of the span that adds them. */
-    addJobsKeyedTraced: `
-      select ${jobColumns('j')} from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[])
-          with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, key, key_mode, ord)
-        cross join lateral ${s}.add_job_traced(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
-          array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode, $10::uuid, $11::bigint, $12::smallint) as j
+      select ${jobColumns('j')} from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[], $10::text[])
+          with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, key, key_mode, group_key, ord)
+        cross join lateral ${s}.add_grouped_job(s.identifier, s.payload::jsonb, s.queue_name, s.run_at, s.max_attempts, s.key, s.priority,
+          array(select jsonb_array_elements_text(s.flags::jsonb)), s.key_mode, s.group_key, $11::uuid, $12::bigint, $13::smallint) as j
       order by s.ord`,
 
     /**

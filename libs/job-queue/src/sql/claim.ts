@@ -16,7 +16,7 @@ import { queueHead } from './queue-head';
  * Reading the 24 columns of a job row took Node 10 µs a job, half of all the JavaScript a
  * trivial job costs.
  */
-const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.payload, j.priority, j.attempts, j.max_attempts, j.last_error, j.key,
+export const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.group_key, j.payload, j.priority, j.attempts, j.max_attempts, j.last_error, j.key,
   j.revision, nullif(j.flags, '{}') as flags, j.progress, j.errors, j.trace_id, j.span_id, j.trace_flags, j.flow_id, j.flow_ref,
   ${epochMicroseconds('j.run_at')} as run_at_us, ${epochMicroseconds('j.created_at')} as created_at_us,
   ${epochMicroseconds('now()')} as claimed_at_us, j.started_at is not null as started`;
@@ -41,6 +41,22 @@ const claimableHead = (h: string, s: string) => `${claimable(h)} and ${queueRuns
 
 export function createClaimQueries(s: string) {
   return {
+    claimJobs: claimStatement(s, false),
+    /**
+     * claimJobs for a task with group limits (sql/group-claim.ts claims its grouped jobs): its
+     * jobs without a group only. A job with a group is in no named queue (the job spec refuses
+     * both), so only the unqueued walk tells them apart.
+     */
+    claimUngroupedJobs: claimStatement(s, true),
+  };
+}
+
+/**
+ * The claim, or with `ungroupedOnly` its variant for group-limited tasks (claimUngroupedJobs):
+ * prepared apart, so the general claim's text and plan stay as they are.
+ */
+function claimStatement(s: string, ungroupedOnly: boolean): string {
+  return (
     /**
      * The claim. Up to $3 available jobs of the tasks $1 that carry none of the flags $2,
      * by priority then run_at then id, skipping rows other workers are claiming, for worker
@@ -105,7 +121,7 @@ export function createClaimQueries(s: string) {
      * stops at the limit, whatever the table's statistics say (without them, as on a table
      * just filled, the planner would read and sort every due job at each claim).
      */
-    claimJobs: `
+    `
       with recursive walked as (
         select j.id, j.xmin as version, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags
         from ${s}.jobs j
@@ -158,7 +174,7 @@ export function createClaimQueries(s: string) {
         from ${s}.jobs j
         where j.is_available and j.queue_name is null
           and j.run_at <= now()
-          and ${claimable('j')}
+          and ${claimable('j')}${ungroupedOnly ? ' and j.group_key is null' : ''}
           and j.cancel_requested_at is null
           and exists (select 1 from ${s}.workers w where w.id = $4)
         order by j.priority, j.run_at, j.id
@@ -204,6 +220,6 @@ export function createClaimQueries(s: string) {
       set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
           started_at = case when j.id = any((select ids[1:$5] from picked)::bigint[]) then now() end
       where j.id = any((select ids from picked)::bigint[])
-      returning ${CLAIMED_COLUMNS}, (select count(*) from candidates)::int as candidate_count`,
-  };
+      returning ${CLAIMED_COLUMNS}, (select count(*) from candidates)::int as candidate_count`
+  );
 }

@@ -12,7 +12,7 @@
 export const JOB_COLUMNS = [
   'id', 'task_identifier', 'queue_name', 'payload', 'priority', 'run_at', 'attempts', 'max_attempts',
   'last_error', 'key', 'revision', 'flags', 'locked_at', 'locked_by', 'created_at', 'updated_at', 'started_at', 'first_run_at',
-  'progress', 'errors', 'cancel_requested_at', 'trace_id', 'span_id', 'trace_flags',
+  'progress', 'errors', 'cancel_requested_at', 'trace_id', 'span_id', 'trace_flags', 'group_key',
 ] as const;
 
 /** JOB_COLUMNS of row `alias`, as a select list. */

@@ -50,8 +50,8 @@ const freesInMs = (w: string) => `(
 
 export function createLimitQueries(s: string, tell: string) {
   const lockClass = advisoryLockClass(s, 'task_limit');
-  /** The task $1's starts within $2 ms of the transaction's time. */
-  const windowOf = `select started_at, started from ${s}.task_starts where task_identifier = $1::text and started_at >= now() - $2::bigint * interval '1 millisecond'`;
+  /** The task $1's own starts (not its groups': sql/group-claim.ts) within $2 ms of the transaction's time. */
+  const windowOf = `select started_at, started from ${s}.task_starts where task_identifier = $1::text and group_key is null and started_at >= now() - $2::bigint * interval '1 millisecond'`;
   return {
     /**
      * $1 task: the task's limit lock (two-int key: class, hash of the task) until the transaction

@@ -36,6 +36,7 @@ import { createClaimQueries } from './claim';
 import { createCountQueries } from './counts';
 import { createCronQueries } from './cron';
 import { createFlowQueries } from './flows';
+import { createGroupClaimQueries } from './group-claim';
 import { cancelChannel, eventsChannel, finishedChannel, jobsChannel, quoteIdentifier } from './identifier';
 import { createLimitQueries } from './limits';
 import { createMaintenanceQueries } from './maintenance';
@@ -79,6 +80,7 @@ export function createQueries(schema: string) {
     ...createStepQueries(s),
     ...createPauseQueries(s, channel),
     ...createLimitQueries(s, tellControlsChanged(channel)),
+    ...createGroupClaimQueries(s),
   };
 }
 

@@ -37,7 +37,7 @@ const activeColumns = (j: string) => `
   ${j}.last_error, ${j}.key, ${j}.revision, ${j}.flags, ${j}.locked_at, ${j}.locked_by, ${j}.created_at, ${j}.updated_at,
   ${j}.started_at, ${j}.first_run_at, ${j}.progress, ${j}.errors, ${j}.cancel_requested_at, ${j}.trace_id, ${j}.span_id, ${j}.trace_flags,
   ${activeState(j)} as state, null::jsonb as result, null::timestamptz as finished_at, ${j}.locked_by as worker_id,
-  null::text as finished_at_key, ${j}.flow_id, ${j}.flow_ref`;
+  null::text as finished_at_key, ${j}.flow_id, ${j}.flow_ref, ${j}.group_key`;
 
 /** A row of `blocked_jobs` (a flow's job waiting for its dependencies) in the same shape: its run_at is when it may run once unblocked (its creation when none was given). */
 const blockedColumns = (b: string) => `
@@ -45,7 +45,7 @@ const blockedColumns = (b: string) => `
   null::text as last_error, null::text as key, 0 as revision, ${b}.flags, null::timestamptz as locked_at, null::text as locked_by, ${b}.created_at,
   ${b}.created_at as updated_at, null::timestamptz as started_at, null::timestamptz as first_run_at, null::jsonb as progress, null::jsonb as errors,
   null::timestamptz as cancel_requested_at, ${b}.trace_id, ${b}.span_id, ${b}.trace_flags, 'blocked'::text as state, null::jsonb as result,
-  null::timestamptz as finished_at, null::text as worker_id, null::text as finished_at_key, ${b}.flow_id, ${b}.flow_ref`;
+  null::timestamptz as finished_at, null::text as worker_id, null::text as finished_at_key, ${b}.flow_id, ${b}.flow_ref, null::text as group_key`;
 
 /** A row of `finished_jobs` in the same shape. */
 const finishedColumns = (f: string) => `
@@ -53,7 +53,7 @@ const finishedColumns = (f: string) => `
   ${f}.last_error, ${f}.key, 0 as revision, ${f}.flags, null::timestamptz as locked_at, null::text as locked_by, ${f}.created_at,
   ${f}.finished_at as updated_at, ${f}.started_at, null::timestamptz as first_run_at, ${f}.progress, ${f}.errors,
   null::timestamptz as cancel_requested_at, null::uuid as trace_id, null::bigint as span_id, null::smallint as trace_flags, ${f}.state, ${f}.result, ${f}.finished_at, ${f}.worker_id,
-  ${f}.finished_at::text as finished_at_key, ${f}.flow_id, ${f}.flow_ref`;
+  ${f}.finished_at::text as finished_at_key, ${f}.flow_id, ${f}.flow_ref, null::text as group_key`;
 
 const MAX_BIGINT = '9223372036854775807';
 

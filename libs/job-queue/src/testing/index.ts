@@ -64,7 +64,7 @@ export async function runTask<Name extends TaskName, Result = unknown>(
   const jobs = app.get(JobQueueService);
   const now = new Date();
   const job: Job = {
-    id: '0', state: 'running', flowId: '0', flowRef: null, taskIdentifier: identifier, queueName: task.options.queueName ?? null, payload,
+    id: '0', state: 'running', flowId: '0', flowRef: null, taskIdentifier: identifier, queueName: task.options.queueName ?? null, group: null, payload,
     priority: task.options.priority ?? DEFAULT_PRIORITY, runAt: now, attempts: options.attempt ?? 1,
     maxAttempts: options.maxAttempts ?? task.options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     lastError: null, key: null, revision: 0, flags: [], lockedAt: now, lockedBy: 'runTask', createdAt: now, updatedAt: now, startedAt: now,

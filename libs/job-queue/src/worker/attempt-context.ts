@@ -129,6 +129,7 @@ export function handlerContext(job: Job, context: RunJobContext): JobContext {
       attempts: job.attempts,
       maxAttempts: job.maxAttempts,
       queueName: job.queueName,
+      group: job.group,
       key: job.key,
       runAt: job.runAt,
       flags: job.flags,

@@ -24,6 +24,7 @@ export interface ClaimedRow {
   /** Null for a job added alone (its flow is itself). */
   flow_id: string | null;
   flow_ref: string | null;
+  group_key: string | null;
   run_at_us: string | number;
   created_at_us: string | number;
   /** The claim's now(): the job's locked_at and updated_at, and its started_at if `started`. */
@@ -43,6 +44,7 @@ export function toClaimedJob<Payload = unknown>(row: ClaimedRow, workerId: strin
     flowRef: row.flow_ref,
     taskIdentifier: row.task_identifier,
     queueName: row.queue_name,
+    group: row.group_key,
     payload: row.payload as Payload,
     priority: row.priority,
     runAt: dateOf(row.run_at_us),

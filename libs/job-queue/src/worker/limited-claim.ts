@@ -1,4 +1,5 @@
 import { mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
+import type { PoolClient } from 'pg';
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { ClaimConnection } from './claim-connection';
 import type { ClaimedRow } from './claimed-job';
@@ -42,11 +43,12 @@ const STALE_RETRY_MS = 10;
  * the task's advisory lock and the limits set for it at run time (over `declared`, the
  * decorator's), then how many of its jobs are held and how many started within its rate's
  * window, then the ordinary claim (sql claimJobs) of that task alone for what the limits leave,
+ * or, with group limits, its grouped jobs by group (sql/group-claim.ts) and then its others,
  * then the record of the starts. Claims of the same task in other processes wait for the lock
  * and count after this one committed, so no limit is ever exceeded; other tasks' claims never
- * take it. A rate-limited task is claimed only into free slots: a prefetched job would start
- * later than the start its claim counted. The caller skips a rate-limited task it knows of
- * when no slot is free.
+ * take it. A rate-limited task (its own rate or its groups') is claimed only into free slots: a
+ * prefetched job would start later than the start its claim counted. The caller skips a
+ * rate-limited task it knows of when no slot is free.
  */
 export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection, task: string, declared: EffectiveLimits, args: ClaimArgs): Promise<LimitedClaimResult> {
   let limits = declared;
@@ -57,29 +59,82 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
     const [{ override }] = await db.runOn<{ override: StoredLimits | null }>(client, 'lockTaskLimit', [task]);
     limits = mergeLimits(declared, override ?? undefined);
     const { concurrency = Infinity, rate } = limits;
-    if (rate && args.free <= 0) return [];
+    const rated = isRated(limits);
+    if (rated && args.free <= 0) return [];
     const window = rate ? [rate.perMs, rate.max] : [null, null];
     const [slots] = await db.runOn<Slots>(client, 'countTaskSlots', [task, ...window]);
-    if (rate && slots.stale) {
+    if (rated && slots.stale) {
       rateFreesInMs = STALE_RETRY_MS;
       return [];
     }
     room = concurrency - slots.held;
     const rateRoom = rate ? rate.max - slots.started : Infinity;
     if (rateRoom <= 0) rateFreesInMs = slots.frees_in_ms ?? 0;
-    asked = Math.min(rate ? Math.min(args.free, args.room) : args.room, room, rateRoom);
+    asked = Math.min(rated ? Math.min(args.free, args.room) : args.room, room, rateRoom);
     if (asked <= 0) return [];
-    const claimed = await db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, Math.min(args.free, asked), args.pausedQueues]);
+    const free = Math.min(args.free, asked);
+    let claimed: ClaimedRow[];
+    if (isGrouped(limits)) {
+      const grouped = await claimGroups(db, client, task, limits, args, asked, free);
+      claimed = grouped.rows;
+      rateFreesInMs = earliest(rateFreesInMs, grouped.rateFreesInMs);
+    } else {
+      claimed = await db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, free, args.pausedQueues]);
+    }
     if (rate && claimed.length > 0) {
       const [recorded] = await db.runOn<{ frees_in_ms: number | null }>(client, 'recordStarts', [task, ...window, claimed.length]);
-      rateFreesInMs = recorded.frees_in_ms ?? undefined;
+      rateFreesInMs = earliest(rateFreesInMs, recorded.frees_in_ms ?? undefined);
     }
     return claimed;
   });
-  const full = rows.length > 0 && rows[0].candidate_count >= asked;
-  const capped = room <= 0 || (full && asked === room);
-  if (!limits.rate) return { rows, more: full && asked < room, capped, wantsSlot: false };
+  const full = rows.length > 0 && (rows.length >= asked || rows[0].candidate_count >= asked);
+  // A group at its limit frees a slot when one of its jobs ends: the next release should wake a claim.
+  const capped = room <= 0 || (full && asked === room) || (isGrouped(limits) && rows.length < asked);
+  if (!isRated(limits)) return { rows, more: full && asked < room, capped, wantsSlot: false };
   // A rate-limited claim takes the free slots only: with more waiting, the next claim comes when a slot frees, not in this fetch round.
   const mayHaveMore = args.free <= 0 || full;
   return { rows, more: false, capped, rateFreesInMs, wantsSlot: mayHaveMore && !capped && rateFreesInMs === undefined };
+}
+
+/** Whether starts are counted: the task's own rate or its groups'. */
+const isRated = (limits: EffectiveLimits) => limits.rate !== undefined || limits.groupRate !== undefined;
+
+/** Whether the task limits each group of its jobs. */
+const isGrouped = (limits: EffectiveLimits) => limits.groupConcurrency !== undefined || limits.groupRate !== undefined;
+
+/** The sooner of two wake-ups (undefined: none). */
+function earliest(a: number | undefined, b: number | undefined): number | undefined {
+  return a === undefined ? b : b === undefined ? a : Math.min(a, b);
+}
+
+/**
+ * A group-limited task's part of its claim, inside its transaction: up to `asked` jobs, its
+ * grouped jobs first (sql claimGroupedJobs, at most what each group's limits leave), then its
+ * jobs without a group (sql claimUngroupedJobs) for the rest, `free` of them started; the
+ * groups' starts recorded when they have a rate, and when a full group's window has room again.
+ */
+async function claimGroups(
+  db: JobQueueDatabase,
+  client: PoolClient,
+  task: string,
+  limits: EffectiveLimits,
+  args: ClaimArgs,
+  asked: number,
+  free: number,
+): Promise<{ rows: ClaimedRow[]; rateFreesInMs?: number }> {
+  const { groupConcurrency = null, groupRate } = limits;
+  const window = groupRate ? [groupRate.perMs, groupRate.max] : [null, null];
+  const grouped = await db.runOn<ClaimedRow>(client, 'claimGroupedJobs', [task, args.forbidden, asked, args.workerId, free, groupConcurrency, ...window]);
+  let rateFreesInMs: number | undefined;
+  if (groupRate) {
+    if (grouped.length > 0) await db.runOn(client, 'recordGroupStarts', [task, groupRate.perMs, grouped.map((row) => row.group_key)]);
+    if (grouped.length < asked) {
+      const [next] = await db.runOn<{ frees_in_ms: number | null }>(client, 'groupRateFreesInMs', [task, ...window]);
+      rateFreesInMs = next.frees_in_ms ?? undefined;
+    }
+  }
+  if (grouped.length >= asked) return { rows: grouped, rateFreesInMs };
+  const started = grouped.filter((row) => row.started).length;
+  const rest = await db.runOn<ClaimedRow>(client, 'claimUngroupedJobs', [[task], args.forbidden, asked - grouped.length, args.workerId, Math.max(0, free - started), args.pausedQueues]);
+  return { rows: [...grouped, ...rest], rateFreesInMs };
 }

@@ -1,0 +1,117 @@
+/**
+ * Limits per group (`@Task(id, { groupConcurrency, groupRateLimit })`, the job spec `group`): a
+ * task with either is a limited task (sql/limits.ts), and its limited claim, under the task's
+ * lock, claims its grouped jobs with claimGroupedJobs, then its jobs without a group with
+ * claimUngroupedJobs (sql/claim.ts), then records the starts of each group (recordGroupStarts).
+ * The lock serialises the task's claims across the cluster, so each one counts what every claim
+ * before it committed: no group ever exceeds its limits. A group's rate counts rows of
+ * `task_starts` with its `group_key`, kept and deleted as the task's own rate's rows are.
+ * `s` is the quoted schema.
+ */
+
+import { CLAIMED_COLUMNS } from './claim';
+
+/** Jobs of task $1 with a group, waiting in no named queue: the rows of jobs_group_fetch_idx (alias `j`). */
+const groupedJob = `j.task_identifier = $1::text and j.group_key is not null and j.is_available and j.queue_name is null`;
+
+export function createGroupClaimQueries(s: string) {
+  return {
+    /**
+     * Up to $3 jobs of task $1 with a group, carrying none of the flags $2, for worker $4 (which
+     * must still have its row), the first $5 of them marked started, taking at most what each
+     * group's limits leave: $6 its concurrency (held jobs: locked by a worker, running or
+     * prefetched) and $8 starts within $7 ms (null, null: no rate). By priority, run_at and id
+     * across groups.
+     *
+     * - `groups`: every group with a waiting job, by a skip scan of jobs_group_fetch_idx (a few
+     *   µs a group), so a group at its limit, however long its backlog, holds up no other;
+     * - `rooms`: each group's room, from its held jobs and its window's starts;
+     * - `picks`: each group's first jobs, as many as its room, read without locks;
+     * - `locked`: the first $3 of them, locked one by one (SKIP LOCKED) at the version the
+     *   statement's snapshot saw, so that a job changed since (cancelled, rescheduled, replaced
+     *   under its key) is left, not claimed for what it became. Claims of the task are
+     *   serialised by its lock: a row is skipped only for such a change.
+     *
+     * Each row also carries how many picks there were: fewer than $3 means nothing else within
+     * the limits is waiting now.
+     */
+    claimGroupedJobs: `
+      with recursive groups as (
+        (select j.group_key from ${s}.jobs j where ${groupedJob} order by j.group_key limit 1)
+        union all
+        select (select j.group_key from ${s}.jobs j where ${groupedJob} and j.group_key > g.group_key order by j.group_key limit 1)
+        from groups g where g.group_key is not null
+      ),
+      held as (
+        select j.group_key, count(*)::int as n from ${s}.jobs j
+        where j.locked_by is not null and j.task_identifier = $1::text and j.group_key is not null
+        group by j.group_key
+      ),
+      started as (
+        select t.group_key, sum(t.started)::int as n from ${s}.task_starts t
+        where $7::bigint is not null and t.task_identifier = $1::text and t.group_key is not null
+          and t.started_at >= now() - $7::bigint * interval '1 millisecond'
+        group by t.group_key
+      ),
+      rooms as (
+        select g.group_key,
+          least(coalesce($6::int - h.n, $6::int, $3::int), coalesce($8::int - st.n, $8::int, $3::int), $3::int) as room
+        from groups g
+        left join held h on h.group_key = g.group_key
+        left join started st on st.group_key = g.group_key
+        where g.group_key is not null
+      ),
+      picks as materialized (
+        select c.id, c.version, c.priority, c.run_at
+        from rooms r
+        cross join lateral (
+          select j.id, j.xmin as version, j.priority, j.run_at from ${s}.jobs j
+          where ${groupedJob} and j.group_key = r.group_key
+            and j.run_at <= now() and j.cancel_requested_at is null and not (j.flags && $2::text[])
+          order by j.priority, j.run_at, j.id
+          limit r.room
+        ) c
+        where r.room > 0
+      ),
+      locked as materialized (
+        select l.id, l.priority, l.run_at
+        from (select p.* from picks p order by p.priority, p.run_at, p.id limit $3 offset 0) f
+        cross join lateral (
+          select j.id, j.priority, j.run_at from ${s}.jobs j
+          where j.id = f.id and j.xmin = f.version
+          for update of j skip locked
+        ) l
+        where exists (select 1 from ${s}.workers w where w.id = $4)
+      ),
+      picked as (select array_agg(id order by priority, run_at, id) as ids from locked)
+      update ${s}.jobs j
+      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
+          started_at = case when j.id = any((select ids[1:$5] from picked)::bigint[]) then now() end
+      where j.id = any((select ids from picked)::bigint[])
+      returning ${CLAIMED_COLUMNS}, (select count(*) from picks)::int as candidate_count`,
+
+    /** $1 task, $2 the group rate's window in ms, $3 the groups of the jobs this claim started (one entry per job): recorded at the claim's time. */
+    recordGroupStarts: `
+      insert into ${s}.task_starts (task_identifier, group_key, started_at, started, per_ms)
+      select $1::text, g.group_key, now(), count(*)::int, $2::bigint from unnest($3::text[]) g(group_key)
+      where g.group_key is not null
+      group by g.group_key`,
+
+    /**
+     * $1 task, $2 the group rate's window in ms, $3 its max: in how many ms the first of its groups
+     * whose window is full has room again (null: none is full), as the task's own rate computes
+     * it (sql/limits.ts freesInMs), for the worker's wake-up.
+     */
+    groupRateFreesInMs: `
+      select min(x.frees_in_ms)::float8 as frees_in_ms from (
+        select distinct on (w.group_key) (extract(epoch from (w.started_at - clock_timestamp())) * 1000 + $2::bigint + 1)::float8 as frees_in_ms
+        from (
+          select t.group_key, t.started_at, sum(t.started) over (partition by t.group_key order by t.started_at desc) as newer
+          from ${s}.task_starts t
+          where t.task_identifier = $1::text and t.group_key is not null and t.started_at >= now() - $2::bigint * interval '1 millisecond'
+        ) w
+        where w.newer >= $3::int
+        order by w.group_key, w.started_at desc
+      ) x`,
+  };
+}
