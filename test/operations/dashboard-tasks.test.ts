@@ -94,10 +94,13 @@ for (const platform of PLATFORMS) describe(`dashboard: tasks page (${platform})`
     await form.locator('input[name="globalConcurrency"]').fill('3');
     await form.locator('input[name="rateMax"]').fill('5');
     await form.locator('input[name="ratePer"]').fill('1s');
+    await form.locator('input[name="groupConcurrency"]').fill('1');
+    await form.locator('input[name="groupRateMax"]').fill('2');
+    await form.locator('input[name="groupRatePer"]').fill('1m');
     await form.locator('button:has-text("Set")').click();
     await page.waitForURL(/done=limits-set/);
-    assert.deepEqual(await override('export_report'), { globalConcurrency: 3, rateLimit: { max: 5, perMs: 1000 } });
-    assert.equal(await row('export_report').locator('[data-limits]').innerText(), '3 at once, 5 per 1.0 s');
+    assert.deepEqual(await override('export_report'), { globalConcurrency: 3, rateLimit: { max: 5, perMs: 1000 }, groupConcurrency: 1, groupRateLimit: { max: 2, perMs: 60_000 } });
+    assert.equal(await row('export_report').locator('[data-limits]').innerText(), '3 at once, 5 per 1.0 s, 1 at once per group, 2 per 1 min 0 s per group');
     await page.screenshot({ path: screenshotPath(platform, 'tasks-2-limits-set') });
     await row('export_report').locator('button:has-text("Reset")').click();
     await page.waitForURL(/done=limits-reset/);

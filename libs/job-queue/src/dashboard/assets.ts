@@ -37,7 +37,7 @@ td.num,th.num{text-align:right}td.err{color:#b42318;max-width:460px;overflow:hid
 .s-blocked{--c:var(--blocked)}.s-waiting{--c:var(--waiting)}.s-scheduled{--c:var(--scheduled)}.s-running{--c:var(--running)}.s-retrying{--c:var(--retrying)}
 .s-completed{--c:var(--completed)}.s-failed{--c:var(--failed)}.s-cancelled{--c:var(--cancelled)}
 .s-active{--c:var(--completed)}.s-paused{--c:var(--retrying)}.s-held{--c:var(--scheduled)}
-form.limits{display:flex;gap:8px;align-items:center;margin:0}form.limits label{display:flex;gap:4px;align-items:center;white-space:nowrap}form.limits input{font:inherit;padding:2px 4px;width:5em}td.actions{flex-wrap:wrap}
+form.limits{display:flex;flex-wrap:wrap;gap:6px 8px;align-items:center;margin:0;max-width:31em}form.limits label{display:flex;gap:4px;align-items:center;white-space:nowrap}form.limits input{font:inherit;padding:2px 4px;width:4.5em;min-width:0}td.actions{flex-wrap:wrap}
 .muted{color:var(--muted)}.mono,code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
 pre{background:#0f1420;color:#e6e9ef;border-radius:8px;padding:12px 14px;overflow:auto;max-height:360px;margin:0;white-space:pre-wrap;word-break:break-word}
 form.filters{display:flex;gap:10px;flex-wrap:wrap;align-items:end;margin-bottom:14px}

@@ -1,6 +1,6 @@
 import { Body, Controller, Get, Inject, Param, Post, Query, Redirect, Req, Res, UseGuards } from '@nestjs/common';
 import { JobQueueError } from '../core/errors';
-import type { TaskLimitsOverride } from '../core/limits';
+import type { RateLimit, TaskLimitsOverride } from '../core/limits';
 import { DashboardGuard } from './dashboard.guard';
 import { DASHBOARD_OPTIONS, type ResolvedDashboardOptions } from './dashboard.options';
 import { DashboardReader } from './dashboard-reader';
@@ -11,20 +11,27 @@ import { tasksPage } from './views/tasks';
 /** A form field as text ('' when absent). */
 const field = (body: Record<string, unknown> | undefined, name: string) => (typeof body?.[name] === 'string' ? (body[name] as string).trim() : '');
 
-/**
- * The limits the tasks page's form sets: both of them, an empty field meaning no limit (a rate
- * needs both its fields). Numbers stay text where they are not numbers, so that setTaskLimits
- * refuses them with JQ_INVALID_LIMIT, as it refuses anything else.
- */
-export function limitsFromForm(body: Record<string, unknown> | undefined): TaskLimitsOverride {
-  const number = (text: string) => (/^-?[0-9]+(\.[0-9]+)?$/.test(text) ? Number(text) : text);
-  const concurrency = field(body, 'globalConcurrency');
-  const max = field(body, 'rateMax');
-  const per = field(body, 'ratePer');
+/** A form's number as a number; text that is none stays text, so that setTaskLimits refuses it with JQ_INVALID_LIMIT, as it refuses anything else. */
+const number = (text: string) => (/^-?[0-9]+(\.[0-9]+)?$/.test(text) ? Number(text) : text) as number;
+
+/** A concurrency field: null when empty (no limit). */
+const concurrencyField = (body: Record<string, unknown> | undefined, name: string) => (field(body, name) === '' ? null : number(field(body, name)));
+
+/** A rate's two fields: null when both are empty; one without the other is refused. */
+function rateFields(body: Record<string, unknown> | undefined, maxName: string, perName: string): RateLimit | null {
+  const max = field(body, maxName);
+  const per = field(body, perName);
   if ((max === '') !== (per === '')) throw new JobQueueError('JQ_INVALID_LIMIT', 'a rate limit needs both its max and its period');
+  return max === '' ? null : { max: number(max), per: number(per) };
+}
+
+/** The limits the tasks page's form sets: every one of them, an empty field meaning no limit. */
+export function limitsFromForm(body: Record<string, unknown> | undefined): TaskLimitsOverride {
   return {
-    globalConcurrency: concurrency === '' ? null : (number(concurrency) as number),
-    rateLimit: max === '' ? null : { max: number(max) as number, per: number(per) },
+    globalConcurrency: concurrencyField(body, 'globalConcurrency'),
+    rateLimit: rateFields(body, 'rateMax', 'ratePer'),
+    groupConcurrency: concurrencyField(body, 'groupConcurrency'),
+    groupRateLimit: rateFields(body, 'groupRateMax', 'groupRatePer'),
   };
 }
 

@@ -6,16 +6,18 @@ import { action, layout, type PageContext } from './layout';
 
 const ALL = '*';
 
-/** A concurrency and a rate, as a cell says them. */
+/** A task's limits, the task's own then its groups', as a cell says them. */
 function describe(limits: EffectiveLimits): Html {
   const parts = [
     limits.concurrency !== undefined ? `${limits.concurrency} at once` : '',
     limits.rate !== undefined ? `${limits.rate.max} per ${duration(limits.rate.perMs)}` : '',
+    limits.groupConcurrency !== undefined ? `${limits.groupConcurrency} at once per group` : '',
+    limits.groupRate !== undefined ? `${limits.groupRate.max} per ${duration(limits.groupRate.perMs)} per group` : '',
   ].filter(Boolean);
   return parts.length === 0 ? html`<span class="muted">none</span>` : html`${parts.join(', ')}`;
 }
 
-/** The form that sets both limits of a task (an empty field: no limit), prefilled with those in force. */
+/** The form that sets every limit of a task (an empty field: no limit), prefilled with those in force. */
 function limitsForm(page: PageContext, task: string, limits: EffectiveLimits): Html {
   if (page.readOnly) return html``;
   return html`<form method="post" action="tasks/${encodeURIComponent(task)}/limits" class="limits">
@@ -23,6 +25,9 @@ function limitsForm(page: PageContext, task: string, limits: EffectiveLimits): H
 <label>at once <input name="globalConcurrency" inputmode="numeric" size="4" value="${limits.concurrency ?? ''}" aria-label="globalConcurrency of ${task}"></label>
 <label>rate <input name="rateMax" inputmode="numeric" size="4" value="${limits.rate?.max ?? ''}" aria-label="rate max of ${task}"></label>
 <label>per <input name="ratePer" size="5" value="${limits.rate ? `${limits.rate.perMs}` : ''}" placeholder="1s" aria-label="rate period of ${task}"></label>
+<label>per group: at once <input name="groupConcurrency" inputmode="numeric" size="4" value="${limits.groupConcurrency ?? ''}" aria-label="groupConcurrency of ${task}"></label>
+<label>rate <input name="groupRateMax" inputmode="numeric" size="4" value="${limits.groupRate?.max ?? ''}" aria-label="group rate max of ${task}"></label>
+<label>per <input name="groupRatePer" size="5" value="${limits.groupRate ? `${limits.groupRate.perMs}` : ''}" placeholder="1s" aria-label="group rate period of ${task}"></label>
 <button type="submit">Set</button>
 </form>`;
 }
@@ -79,7 +84,7 @@ ${page.readOnly
   ? ''
   : html`<form method="post" action="queues/pause" class="limits"><input type="hidden" name="_csrf" value="${page.csrf}"><label>queue <input name="queue" size="20" aria-label="queue to pause"></label><button type="submit">Pause queue</button></form>`}
 </section>
-<p class="muted">Pauses and limits are kept in the database and apply to every replica within a moment (at most the poll interval). A task held by <code>ctx.rateLimited()</code> starts again by itself at the time shown. The limits form sets both limits: an empty field means no limit, a period is ms or a duration such as 1s or 1m. Reset goes back to the limits the task declares in code.</p>`,
+<p class="muted">Pauses and limits are kept in the database and apply to every replica within a moment (at most the poll interval). A task held by <code>ctx.rateLimited()</code> starts again by itself at the time shown. The limits form sets every limit, the task's and each group's (the job spec <code>group</code>): an empty field means no limit, a period is ms or a duration such as 1s or 1m. Reset goes back to the limits the task declares in code.</p>`,
     { refresh: true },
   );
 }
