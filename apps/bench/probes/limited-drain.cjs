@@ -23,19 +23,20 @@ const GC = process.env.GC || '10';
 const MS = +(process.env.MS || 0);
 const CONCURRENCY = +(process.env.CONCURRENCY || 10);
 const RATE = process.env.RATE;
-// TASK=noop: the tests' do-nothing task instead (no rows written by the handler), its rate set by setTaskLimits.
+// TASK=noop: the tests' do-nothing task instead (no rows written by the handler), its rate and its globalConcurrency set by setTaskLimits.
 const TASK = process.env.TASK || 'limited';
 
 (async () => {
   const db = await createTestDatabase('limited_drain');
   const sql = await connect(db.url);
-  await sql.query('create table limited_runs (job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz)');
+  await sql.query('create table limited_runs (job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz, group_key text)');
   const t = await createTestApp({ url: db.url, jobQueue: { worker: false, externalTasks: ['limited', 'noop'] } });
   const processes = await startWorkerProcesses(PROCS, { url: db.url, concurrency: CONCURRENCY, env: { LIMITED: '1', GLOBAL_CONCURRENCY: GC, ...(RATE && TASK === 'limited' ? { RATE_LIMIT: RATE } : {}) } });
   if (TASK === 'noop' && RATE) {
     const [max, per] = RATE.split('/').map(Number);
     await t.jobs.setTaskLimits('noop', { rateLimit: { max, per } });
   }
+  if (TASK === 'noop' && GC !== 'none') await t.jobs.setTaskLimits('noop', { globalConcurrency: +GC });
   const rates = [];
   for (let round = 0; round < ROUNDS; round++) {
     const started = Date.now();

@@ -67,6 +67,11 @@ export function checkDeclaredLimits(options: Partial<Record<LimitName, unknown>>
   return limits as EffectiveLimits;
 }
 
+/** Whether starts are counted (the task's own rate or its groups'): the task is claimed only into free slots (worker/limited-claim.ts). */
+export function isRated(limits: EffectiveLimits): boolean {
+  return limits.rate !== undefined || limits.groupRate !== undefined;
+}
+
 /** Whether any limit is set: the task is claimed apart (worker/limited-claim.ts). */
 export function hasLimits(limits: EffectiveLimits): boolean {
   return Object.values(limits).some((value) => value !== undefined);

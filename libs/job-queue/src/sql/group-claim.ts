@@ -20,8 +20,9 @@ export function createGroupClaimQueries(s: string) {
      * Up to $3 jobs of task $1 with a group, carrying none of the flags $2, for worker $4 (which
      * must still have its row), the first $5 of them marked started, taking at most what each
      * group's limits leave: $6 its concurrency (held jobs: locked by a worker, running or
-     * prefetched) and $8 starts within $7 ms (null, null: no rate). By priority, run_at and id
-     * across groups.
+     * prefetched; not worker $4's finished jobs $9 whose release it has not written yet, as
+     * sql/limits.ts countTaskSlots) and $8 starts within $7 ms (null, null: no rate). By priority,
+     * run_at and id across groups.
      *
      * - `groups`: every group with a waiting job, by a skip scan of jobs_group_fetch_idx (a few
      *   µs a group), so a group at its limit, however long its backlog, holds up no other;
@@ -45,6 +46,7 @@ export function createGroupClaimQueries(s: string) {
       held as (
         select j.group_key, count(*)::int as n from ${s}.jobs j
         where j.locked_by is not null and j.task_identifier = $1::text and j.group_key is not null
+          and not (j.locked_by = $4::text and j.id = any($9::bigint[]))
         group by j.group_key
       ),
       started as (

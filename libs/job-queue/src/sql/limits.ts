@@ -62,13 +62,20 @@ export function createLimitQueries(s: string, tell: string) {
       (select l.limits from ${s}.task_limits l where l.task_identifier = $1::text) as override`,
 
     /**
-     * $1 task, $2 its rate's window in ms and $3 its max (null, null without a rate): how many of
-     * its jobs workers hold (claimed, running or prefetched, from jobs_locked_by_idx), how many
-     * started within the window, and in how many ms the window has room again when it has none.
+     * $1 task, $2 its rate's window in ms and $3 its max (null, null without a rate), $4 the
+     * claiming worker and $5 its finished jobs whose release it has not written yet: how many of
+     * the task's jobs workers hold (claimed, running or prefetched, from jobs_locked_by_idx), how
+     * many started within the window, and in how many ms the window has room again when it has
+     * none. The claiming worker's finished jobs are not counted: their attempts are over, though
+     * their rows stay locked until the release lands (if the worker dies first, every worker
+     * counts them, and what it claimed since, until the rescue: more held than runs, never less).
+     * A job of the list that another worker holds since (its release landed, a retry claimed it)
+     * counts, being no longer this worker's.
      */
     countTaskSlots: `
       with w as (${windowOf})
-      select (select count(*) from ${s}.jobs j where j.locked_by is not null and j.task_identifier = $1::text)::int as held,
+      select (select count(*) from ${s}.jobs j where j.locked_by is not null and j.task_identifier = $1::text
+                and not (j.locked_by = $4::text and j.id = any($5::bigint[])))::int as held,
         coalesce((select sum(started) from w), 0)::int as started,
         ${freesInMs('w')} as frees_in_ms,
         clock_timestamp() - now() > ${RATE_CLAIM_MAX_AGE} as stale`,

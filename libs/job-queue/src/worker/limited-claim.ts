@@ -1,4 +1,4 @@
-import { mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
+import { isRated, mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
 import type { PoolClient } from 'pg';
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { ClaimConnection } from './claim-connection';
@@ -13,6 +13,8 @@ export interface ClaimArgs {
   /** Free slots: the first ones claimed are marked started. */
   free: number;
   pausedQueues: string[];
+  /** The worker's finished jobs whose release is not written yet: not counted as held (sql countTaskSlots). */
+  unwritten: string[];
 }
 
 export interface LimitedClaimResult {
@@ -62,7 +64,7 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
     const rated = isRated(limits);
     if (rated && args.free <= 0) return [];
     const window = rate ? [rate.perMs, rate.max] : [null, null];
-    const [slots] = await db.runOn<Slots>(client, 'countTaskSlots', [task, ...window]);
+    const [slots] = await db.runOn<Slots>(client, 'countTaskSlots', [task, ...window, args.workerId, args.unwritten]);
     if (rated && slots.stale) {
       rateFreesInMs = STALE_RETRY_MS;
       return [];
@@ -96,9 +98,6 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
   return { rows, more: false, capped, rateFreesInMs, wantsSlot: mayHaveMore && !capped && rateFreesInMs === undefined };
 }
 
-/** Whether starts are counted: the task's own rate or its groups'. */
-const isRated = (limits: EffectiveLimits) => limits.rate !== undefined || limits.groupRate !== undefined;
-
 /** Whether the task limits each group of its jobs. */
 const isGrouped = (limits: EffectiveLimits) => limits.groupConcurrency !== undefined || limits.groupRate !== undefined;
 
@@ -124,7 +123,7 @@ async function claimGroups(
 ): Promise<{ rows: ClaimedRow[]; rateFreesInMs?: number }> {
   const { groupConcurrency = null, groupRate } = limits;
   const window = groupRate ? [groupRate.perMs, groupRate.max] : [null, null];
-  const grouped = await db.runOn<ClaimedRow>(client, 'claimGroupedJobs', [task, args.forbidden, asked, args.workerId, free, groupConcurrency, ...window]);
+  const grouped = await db.runOn<ClaimedRow>(client, 'claimGroupedJobs', [task, args.forbidden, asked, args.workerId, free, groupConcurrency, ...window, args.unwritten]);
   let rateFreesInMs: number | undefined;
   if (groupRate) {
     if (grouped.length > 0) await db.runOn(client, 'recordGroupStarts', [task, groupRate.perMs, grouped.map((row) => row.group_key)]);

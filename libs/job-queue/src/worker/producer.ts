@@ -3,6 +3,7 @@ import { backoffMs, sleep, timerDelay } from '../core/backoff';
 import type { Job } from '../core/job';
 import type { ControlRows } from '../control/controls';
 import { TaskLimits } from '../control/task-limits';
+import { isRated } from '../core/limits';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { claimOf } from '../core/claim-token';
@@ -26,7 +27,11 @@ export class Producer extends WorkerPart {
   private readonly claims: ClaimConnection;
   /** Which tasks have a globalConcurrency or a rateLimit: claimed apart (limited-claim.ts). */
   readonly limits: TaskLimits;
-  /** A limited task's last claim found its limit reached: the next written release (which may free a slot) wakes the fetch. */
+  /**
+   * A limited task's last claim found its limit reached: the next job of this worker to end
+   * wakes the fetch (slotFreed), its slot free at once since limited claims do not count this
+   * worker's unwritten releases. Slots freed by other workers are found at the next NOTIFY or poll.
+   */
   private limitReached = false;
   /**
    * A rate-limited task's last claim took every free slot and may have more: a freed slot goes
@@ -34,6 +39,7 @@ export class Producer extends WorkerPart {
    * worker kept busy by a prefetched stream of other jobs never has a free slot at a claim).
    */
   slotWanted = false;
+  private freedSlotsWake?: NodeJS.Immediate;
   /** Wakes the fetch when a rate-limited task's window has room again. */
   private rateTimer?: NodeJS.Timeout;
   /** The last claim round claimed the limited tasks before the others (they take turns). */
@@ -128,9 +134,12 @@ export class Producer extends WorkerPart {
     });
   }
 
-  /** A flush was written: a fetch held back by unwritten releases has room again. */
+  /**
+   * A flush was written: a fetch held back by unwritten releases has room again. (Not a limit's
+   * slot: limited claims stopped counting this worker's jobs when they ended, in slotFreed.)
+   */
   releaseWritten(): void {
-    if (this.heldBack || this.limitReached) void this.wake();
+    if (this.heldBack) void this.wake();
   }
 
   /**
@@ -146,7 +155,17 @@ export class Producer extends WorkerPart {
       return;
     }
     this.startPrefetched();
-    if (durationMs !== undefined && (this.moreMayBeWaiting || this.slotWanted) && this.state.prefetched.length <= this.prefetch.target / 2) void this.wake();
+    if (this.limitReached && !this.state.stopping) this.wakeForFreedSlots();
+    else if (durationMs !== undefined && (this.moreMayBeWaiting || this.slotWanted) && this.state.prefetched.length <= this.prefetch.target / 2) void this.wake();
+  }
+
+  /** Jobs of a limited task that end together (in one turn of the event loop) wake one claim for all their slots, not one each. */
+  private wakeForFreedSlots(): void {
+    if (this.freedSlotsWake) return;
+    this.freedSlotsWake = setImmediate(() => {
+      this.freedSlotsWake = undefined;
+      void this.wake();
+    });
   }
 
   /** Starts prefetched jobs while slots are free, in the order they were claimed. */
@@ -193,7 +212,9 @@ export class Producer extends WorkerPart {
       let more = false;
       this.claiming = true;
       try {
-        const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: controls.queues };
+        // Limited claims do not count this worker's finished jobs whose release is on its way.
+        const unwritten = limited.length > 0 ? state.batcher.unwrittenIds() : [];
+        const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: controls.queues, unwritten };
         // Whichever claim goes first may fill the room: with both kinds of task, they take
         // turns at going first, so that neither starves while the other keeps the slots full.
         this.limitedFirst = limited.length > 0 && unlimited.length > 0 && (this.slotWanted || !this.limitedFirst);
@@ -274,7 +295,8 @@ export class Producer extends WorkerPart {
       }
       const free = Math.max(0, args.free - rows.length);
       // A rate-limited task starts only into free slots: with none, it waits for one.
-      if (free === 0 && this.limits.limitsOf(task)?.rate) {
+      const limits = this.limits.limitsOf(task);
+      if (free === 0 && limits && isRated(limits)) {
         wanted = true;
         continue;
       }
