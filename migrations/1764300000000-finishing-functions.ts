@@ -6,20 +6,22 @@ import { cancelChannel, finishedChannel, jobsChannel, quoteIdentifier } from './
  * in finished_jobs (so that its flow's trigger sees it), cancel_job cancels blocked jobs too,
  * and retry_jobs brings a flow's job back with its dependents (reopen_flow_jobs). With
  * `flows` false, the same functions as JobLifecycle1763900000000 made them (the migration's down()).
+ * With `groups` (JobGroups1764900000000), they keep a job's `group_key` too, and retry_jobs
+ * brings it back.
  */
-export function createFinishingFunctions(schema: string, flows = true): string[] {
+export function createFinishingFunctions(schema: string, flows = true, groups = false): string[] {
   const s = quoteIdentifier(schema);
   const literal = (text: string) => text.replace(/'/g, "''");
   const cancel = literal(cancelChannel(schema));
   const jobs = literal(jobsChannel(schema));
   const finished = literal(finishedChannel(schema));
-  const flowColumns = flows ? ', flow_id, flow_ref' : '';
+  const flowColumns = (flows ? ', flow_id, flow_ref' : '') + (groups ? ', group_key' : '');
   /** The insert that keeps the jobs rows of CTE `source` (alias `d`) in finished_jobs. */
   const keep = (source: string, state: string, lastError: string, workerId: string) => `
     insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
       state, result, progress, errors, last_error, worker_id, created_at, started_at${flowColumns})
     select d.id, d.task_identifier, d.queue_name, d.payload, d.priority, d.run_at, d.attempts, d.max_attempts, d.key, d.flags,
-      ${state}, null, d.progress, d.errors, ${lastError}, ${workerId}, d.created_at, d.started_at${flows ? ', d.flow_id, d.flow_ref' : ''}
+      ${state}, null, d.progress, d.errors, ${lastError}, ${workerId}, d.created_at, d.started_at${flows ? ', d.flow_id, d.flow_ref' : ''}${groups ? ', d.group_key' : ''}
     from ${source} d`;
   const told = (source: string) => `
     select pg_notify('${finished}', case when length(ids) <= 7900 then ids else '*' end)
@@ -126,7 +128,7 @@ export function createFinishingFunctions(schema: string, flows = true): string[]
          overriding system value
          select f.id, f.task_identifier, f.queue_name, f.payload, f.priority, now(), f.max_attempts, f.key, f.flags, f.errors, f.last_error, f.created_at${
            flows ? ', f.flow_id, f.flow_ref' : ''
-         }
+         }${groups ? ', f.group_key' : ''}
          from ${s}.finished_jobs f
          where f.id = any(retry_jobs.job_ids) and f.state in ('failed', 'cancelled')
          for update of f

@@ -59,19 +59,24 @@ export function createJobStepsMigration(schema: string): new () => JobQueueMigra
  * it (for down()); with `batches: true`, array payloads merge and a replaced job's steps go.
  * With `grouped` (JobGroups1764900000000, batches too) it is `add_grouped_job()`: add_job with
  * a job's `group_key` and trace context as four more parameters, written by the insert and by
- * the replace of a waiting job (a job kept by `unsafe_dedupe` keeps its own).
+ * the replace of a waiting job (a job kept by `unsafe_dedupe` keeps its own; a replace without
+ * a trace keeps the job's). With `groupless` (add_job from JobGroups1764900000000 on), a replace
+ * takes the job out of its group, as the library's replace without a group does.
  */
-export function addJobFunction(s: string, channel: string, { batches, grouped = false }: { batches: boolean; grouped?: boolean }): string {
+export function addJobFunction(s: string, channel: string, { batches, grouped = false, groupless = false }: { batches: boolean; grouped?: boolean; groupless?: boolean }): string {
   const fn = grouped ? 'add_grouped_job' : 'add_job';
   const extraColumns = grouped ? ', group_key, trace_id, span_id, trace_flags' : '';
   const extraValues = grouped ? `, ${fn}.group_key, ${fn}.trace_id, ${fn}.span_id, ${fn}.trace_flags` : '';
   const extraUpdates = grouped
     ? `
               group_key = excluded.group_key,
-              trace_id = excluded.trace_id,
-              span_id = excluded.span_id,
-              trace_flags = excluded.trace_flags,`
-    : '';
+              trace_id = coalesce(excluded.trace_id, jobs.trace_id),
+              span_id = coalesce(excluded.span_id, jobs.span_id),
+              trace_flags = coalesce(excluded.trace_flags, jobs.trace_flags),`
+    : groupless
+      ? `
+              group_key = null,`
+      : '';
   const payload = batches
     ? `case when jsonb_typeof(jobs.payload) = 'array' and jsonb_typeof(excluded.payload) = 'array'
                     then jobs.payload || excluded.payload else excluded.payload end`

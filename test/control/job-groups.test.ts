@@ -21,8 +21,9 @@ class Tenants {
 /**
  * The job spec `group` (issue 27.2): every way of adding a job keeps it (add, addMany, keyed or
  * not, in a transaction), a keyed replace moves the job to the new group and `unsafe_dedupe`
- * leaves it, the handler and getJob see it; bad groups are refused with JQ_INVALID_GROUP before
- * anything is written, and flows take none yet.
+ * leaves it, the handler and getJob see it, history keeps it and a retry brings it back; the SQL
+ * add_job() takes a replaced job out of its group; bad groups are refused with JQ_INVALID_GROUP
+ * before anything is written, and flows take none yet.
  */
 describe('the job spec group', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -68,6 +69,21 @@ describe('the job spec group', () => {
     assert.equal(await groupOf(first.id), 'two', 'unsafe_dedupe changes nothing');
     await t.jobs.add('tenant_sync' as never, {} as never, { jobKey: 'move' });
     assert.equal(await groupOf(first.id), null, 'replaced without a group: in none');
+  });
+
+  it('a job failed for good keeps its group in history, and a retry brings it back into it', async () => {
+    const job = await t.jobs.add('tenant_sync' as never, {} as never, { group: 'acme' });
+    await t.jobs.permanentlyFailJobs([job.id], 'gave up');
+    assert.equal((await sql.query('select group_key from job_queue.finished_jobs where id = $1', [job.id])).rows[0]?.group_key, 'acme');
+    assert.equal((await t.jobs.getJob(job.id))?.group, 'acme', 'getJob of the finished job');
+    await t.jobs.retryJobs([job.id]);
+    assert.equal(await groupOf(job.id), 'acme', 'back in jobs, in its group');
+  });
+
+  it("the SQL add_job() (no group parameter) takes a replaced job out of its group", async () => {
+    const job = await t.jobs.add('tenant_sync' as never, {} as never, { group: 'acme', jobKey: 'by-sql' });
+    await sql.query(`select job_queue.add_job('tenant_sync', '{}'::jsonb, 'serial', job_key => 'by-sql')`);
+    assert.deepEqual((await sql.query('select group_key, queue_name from job_queue.jobs where id = $1', [job.id])).rows, [{ group_key: null, queue_name: 'serial' }]);
   });
 
   const bad: Array<[string, Record<string, unknown>]> = [

@@ -68,7 +68,7 @@ export interface Job<Payload = unknown, Result = unknown> {
   flowRef: string | null;
   taskIdentifier: string;
   queueName: string | null;
-  /** Its `group`, or null (and null once it finished: history does not keep it). */
+  /** Its `group`, or null. */
   group: string | null;
   payload: Payload;
   priority: number;

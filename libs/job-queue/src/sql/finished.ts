@@ -28,11 +28,11 @@ export function keepFinished(
   const f = source.split(' ').pop()!; // 'finished f': the alias
   return `
     insert into ${s}.finished_jobs (id, task_identifier, queue_name, payload, priority, run_at, attempts, max_attempts, key, flags,
-      state, result, progress, errors, last_error, worker_id, created_at, started_at, flow_id, flow_ref)
+      state, result, progress, errors, last_error, worker_id, created_at, started_at, flow_id, flow_ref, group_key)
     select ${f}.id, ${f}.task_identifier, ${f}.queue_name, ${columns.payload ?? `${f}.payload`}, ${f}.priority, ${f}.run_at, ${columns.attempts ?? `${f}.attempts`},
       ${f}.max_attempts, ${f}.key, ${f}.flags, ${columns.state}, ${columns.result ?? 'null'}, ${columns.progress ?? `${f}.progress`},
       ${columns.errors ?? `${f}.errors`}, ${columns.lastError}, ${columns.workerId}, ${f}.created_at, ${columns.startedAt ?? `${f}.started_at`},
-      ${f}.flow_id, ${f}.flow_ref
+      ${f}.flow_id, ${f}.flow_ref, ${f}.group_key
     from ${source}
     ${columns.where ? `where ${columns.where}` : ''}`;
 }

@@ -14,6 +14,14 @@ import { CLAIMED_COLUMNS } from './claim';
 /** Jobs of task $1 with a group, waiting in no named queue: the rows of jobs_group_fetch_idx (alias `j`). */
 const groupedJob = `j.task_identifier = $1::text and j.group_key is not null and j.is_available and j.queue_name is null`;
 
+/** The first `limit` jobs of group `group` the claim may take now (none of the flags $2), in claim order, with the row version the statement saw. */
+const groupJobs = (s: string, group: string, limit: string) => `
+  select j.id, j.xmin as version, j.priority, j.run_at from ${s}.jobs j
+  where ${groupedJob} and j.group_key = ${group}
+    and j.run_at <= now() and j.cancel_requested_at is null and not (j.flags && $2::text[])
+  order by j.priority, j.run_at, j.id
+  limit ${limit}`;
+
 export function createGroupClaimQueries(s: string) {
   return {
     /**
@@ -27,7 +35,10 @@ export function createGroupClaimQueries(s: string) {
      * - `groups`: every group with a waiting job, by a skip scan of jobs_group_fetch_idx (a few
      *   µs a group), so a group at its limit, however long its backlog, holds up no other;
      * - `rooms`: each group's room, from its held jobs and its window's starts;
-     * - `picks`: each group's first jobs, as many as its room, read without locks;
+     * - `heads`, `first_groups`: the $3 groups with room whose next job comes first (a job of
+     *   any other group has $3 jobs ahead of it: those heads);
+     * - `picks`: those groups' first jobs, as many as each one's room, read without locks, so a
+     *   claim reads about $3 jobs a group of them, not of every group;
      * - `locked`: the first $3 of them, locked one by one (SKIP LOCKED) at the version the
      *   statement's snapshot saw, so that a job changed since (cancelled, rescheduled, replaced
      *   under its key) is left, not claimed for what it became. Claims of the task are
@@ -63,17 +74,17 @@ export function createGroupClaimQueries(s: string) {
         left join started st on st.group_key = g.group_key
         where g.group_key is not null
       ),
+      heads as materialized (
+        select r.group_key, r.room, h.priority, h.run_at, h.id
+        from rooms r
+        cross join lateral (${groupJobs(s, 'r.group_key', '1')}) h
+        where r.room > 0
+      ),
+      first_groups as (select h.group_key, h.room from heads h order by h.priority, h.run_at, h.id limit $3),
       picks as materialized (
         select c.id, c.version, c.priority, c.run_at
-        from rooms r
-        cross join lateral (
-          select j.id, j.xmin as version, j.priority, j.run_at from ${s}.jobs j
-          where ${groupedJob} and j.group_key = r.group_key
-            and j.run_at <= now() and j.cancel_requested_at is null and not (j.flags && $2::text[])
-          order by j.priority, j.run_at, j.id
-          limit r.room
-        ) c
-        where r.room > 0
+        from first_groups r
+        cross join lateral (${groupJobs(s, 'r.group_key', 'r.room')}) c
       ),
       locked as materialized (
         select l.id, l.priority, l.run_at
@@ -90,7 +101,21 @@ export function createGroupClaimQueries(s: string) {
       set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
           started_at = case when j.id = any((select ids[1:$5] from picked)::bigint[]) then now() end
       where j.id = any((select ids from picked)::bigint[])
-      returning ${CLAIMED_COLUMNS}, (select count(*) from picks)::int as candidate_count`,
+      returning ${CLAIMED_COLUMNS}, (select count(*) from picks)::int as candidate_count,
+        (select count(*) from rooms where room <= 0)::int as full_groups`,
+
+    /**
+     * When claimGroupedJobs claimed nothing: whether a group of task $1 holds $2 jobs or more
+     * (its groupConcurrency; not counting worker $3's finished jobs $4 whose release it has not
+     * written yet), so that a job's end may free a slot the claim could use.
+     */
+    groupAtLimit: `
+      select exists (
+        select 1 from ${s}.jobs j
+        where j.locked_by is not null and j.task_identifier = $1::text and j.group_key is not null
+          and not (j.locked_by = $3::text and j.id = any($4::bigint[]))
+        group by j.group_key having count(*) >= $2::int
+      ) as at_limit`,
 
     /** $1 task, $2 the group rate's window in ms, $3 the groups of the jobs this claim started (one entry per job): recorded at the claim's time. */
     recordGroupStarts: `

@@ -2,9 +2,9 @@
  * The index of the library's SQL: createQueries assembles one object of named statements
  * from one file per operation. A job's data path, step by step:
  *
- *   sql/add.ts          add: addJob, addJobKeyless, addJobStarted, addJobTraced, addJobsBulk, addJobsKeyed(Traced)
+ *   sql/add.ts          add: addJobKeyless, addJobStarted, addJobKeyed, addJobsBulk, addJobsKeyed
  *                       → the job's row, and a NOTIFY on the jobs channel when it is due
- *   sql/claim.ts        claim: claimJobs (a worker takes jobs and locks their named queues)
+ *   sql/claim.ts        claim: claimJobs (a worker takes jobs and locks their named queues), claimUngroupedJobs
  *                       → run: the handler runs in the worker (worker/), no SQL
  *   sql/release.ts      release: releaseJobs, completeJobInTransaction (outcomes written, queues
  *                       freed, finished jobs moved to finished_jobs, waiters told)
@@ -23,6 +23,7 @@
  *   sql/steps.ts        durable steps (ctx.step): loadJobSteps, recordJobStep, readJobStep, listJobSteps
  *   sql/pauses.ts       pause, resume, holdTask, listPaused (what the claims leave out: sql/claim.ts $1 and $6)
  *   sql/limits.ts       lockTaskLimit, countTaskSlots, recordStarts (the claim of a limited task), task limits set at run time
+ *   sql/group-claim.ts  claimGroupedJobs, recordGroupStarts, groupRateFreesInMs, groupAtLimit (limits per group)
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
  * to finished_jobs, its errors, telling waiters), sql/queue-head.ts (a named queue's head),

@@ -53,7 +53,7 @@ const finishedColumns = (f: string) => `
   ${f}.last_error, ${f}.key, 0 as revision, ${f}.flags, null::timestamptz as locked_at, null::text as locked_by, ${f}.created_at,
   ${f}.finished_at as updated_at, ${f}.started_at, null::timestamptz as first_run_at, ${f}.progress, ${f}.errors,
   null::timestamptz as cancel_requested_at, null::uuid as trace_id, null::bigint as span_id, null::smallint as trace_flags, ${f}.state, ${f}.result, ${f}.finished_at, ${f}.worker_id,
-  ${f}.finished_at::text as finished_at_key, ${f}.flow_id, ${f}.flow_ref, null::text as group_key`;
+  ${f}.finished_at::text as finished_at_key, ${f}.flow_id, ${f}.flow_ref, ${f}.group_key`;
 
 const MAX_BIGINT = '9223372036854775807';
 

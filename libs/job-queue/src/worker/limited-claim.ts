@@ -57,6 +57,7 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
   let room = Infinity;
   let asked = 0;
   let rateFreesInMs: number | undefined;
+  let groupAtLimit = false;
   const rows = await claims.transaction(async (client) => {
     const [{ override }] = await db.runOn<{ override: StoredLimits | null }>(client, 'lockTaskLimit', [task]);
     limits = mergeLimits(declared, override ?? undefined);
@@ -79,6 +80,7 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
     if (isGrouped(limits)) {
       const grouped = await claimGroups(db, client, task, limits, args, asked, free);
       claimed = grouped.rows;
+      groupAtLimit = grouped.atLimit;
       rateFreesInMs = earliest(rateFreesInMs, grouped.rateFreesInMs);
     } else {
       claimed = await db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, free, args.pausedQueues]);
@@ -90,8 +92,8 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
     return claimed;
   });
   const full = rows.length > 0 && (rows.length >= asked || rows[0].candidate_count >= asked);
-  // A group at its limit frees a slot when one of its jobs ends: the next release should wake a claim.
-  const capped = room <= 0 || (full && asked === room) || (isGrouped(limits) && rows.length < asked);
+  // A group at its limit frees a slot when one of its jobs ends: that should wake a claim.
+  const capped = room <= 0 || (full && asked === room) || groupAtLimit;
   if (!isRated(limits)) return { rows, more: full && asked < room, capped, wantsSlot: false };
   // A rate-limited claim takes the free slots only: with more waiting, the next claim comes when a slot frees, not in this fetch round.
   const mayHaveMore = args.free <= 0 || full;
@@ -120,10 +122,15 @@ async function claimGroups(
   args: ClaimArgs,
   asked: number,
   free: number,
-): Promise<{ rows: ClaimedRow[]; rateFreesInMs?: number }> {
+): Promise<{ rows: ClaimedRow[]; rateFreesInMs?: number; atLimit: boolean }> {
   const { groupConcurrency = null, groupRate } = limits;
   const window = groupRate ? [groupRate.perMs, groupRate.max] : [null, null];
-  const grouped = await db.runOn<ClaimedRow>(client, 'claimGroupedJobs', [task, args.forbidden, asked, args.workerId, free, groupConcurrency, ...window, args.unwritten]);
+  const grouped = await db.runOn<ClaimedRow & { full_groups: number }>(client, 'claimGroupedJobs', [task, args.forbidden, asked, args.workerId, free, groupConcurrency, ...window, args.unwritten]);
+  // Whether a group is full (a job's end may then free a slot): said by the claim's rows, or asked apart when it claimed none.
+  let atLimit = grouped.length > 0 ? grouped[0].full_groups > 0 : false;
+  if (grouped.length === 0 && groupConcurrency !== null) {
+    [{ at_limit: atLimit }] = await db.runOn<{ at_limit: boolean }>(client, 'groupAtLimit', [task, groupConcurrency, args.workerId, args.unwritten]);
+  }
   let rateFreesInMs: number | undefined;
   if (groupRate) {
     if (grouped.length > 0) await db.runOn(client, 'recordGroupStarts', [task, groupRate.perMs, grouped.map((row) => row.group_key)]);
@@ -132,8 +139,8 @@ async function claimGroups(
       rateFreesInMs = next.frees_in_ms ?? undefined;
     }
   }
-  if (grouped.length >= asked) return { rows: grouped, rateFreesInMs };
+  if (grouped.length >= asked) return { rows: grouped, rateFreesInMs, atLimit };
   const started = grouped.filter((row) => row.started).length;
   const rest = await db.runOn<ClaimedRow>(client, 'claimUngroupedJobs', [[task], args.forbidden, asked - grouped.length, args.workerId, Math.max(0, free - started), args.pausedQueues]);
-  return { rows: [...grouped, ...rest], rateFreesInMs };
+  return { rows: [...grouped, ...rest], rateFreesInMs, atLimit };
 }

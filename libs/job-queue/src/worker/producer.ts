@@ -25,7 +25,7 @@ export class Producer extends WorkerPart {
   private readonly prefetch: PrefetchSizer;
   /** The connection claims run on (claim-connection.ts). */
   private readonly claims: ClaimConnection;
-  /** Which tasks have a globalConcurrency or a rateLimit: claimed apart (limited-claim.ts). */
+  /** Which tasks have limits (globalConcurrency, rateLimit, groupConcurrency, groupRateLimit): claimed apart (limited-claim.ts). */
   readonly limits: TaskLimits;
   /**
    * A limited task's last claim found its limit reached: the next job of this worker to end
