@@ -14,6 +14,7 @@ const MIGRATIONS = [
   'Pauses1764600000000',
   'Schedules1764700000000',
   'TaskLimits1764800000000',
+  'JobGroups1764900000000',
 ];
 
 /** The new version's `hold`, limited to 1 at once (the old worker's `hold` waits for its gate), and `marker`, which only the new version has. */

@@ -5,64 +5,14 @@ import type { Client } from 'pg';
 import { Task, type JobContext, type JobQueueEvent, type JobState } from '../../libs/job-queue/src';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { waitFor, waitForValue } from '../support/wait';
+import { BAD_PROGRESS, coded, MAX_JSON_BYTES, NEAR_LIMIT_PROGRESS, ODD_PROGRESS, progressOutcomes, RESULTS } from './lifecycle-values';
 
 const STATES: JobState[] = ['blocked', 'waiting', 'scheduled', 'running', 'retrying', 'completed', 'failed', 'cancelled'];
 const HOUR_MS = 3_600_000;
-/** The app's maxJsonBytes: small, so that limits are cheap to reach. */
-const MAX_JSON_BYTES = 1_000;
 
 /** Per job id, what lets a gated handler go on; set while the handler waits at its gate. */
 const gates = new Map<string, () => void>();
 const gate = (id: string) => new Promise<void>((resolve) => gates.set(id, resolve));
-
-/** An error with a `code` property, as drivers and apps throw them. */
-const coded = (message: string, code: unknown) => Object.assign(new Error(message), { code });
-
-/** What the `returns` task returns, by payload.kind. */
-const RESULTS: Record<string, () => unknown> = {
-  object: () => ({ invoice: 'INV-7', lines: [{ sku: 'a', qty: 2 }], total: 12.5, paid: true, note: null, text: 'héllo ✓' }),
-  undefined: () => undefined,
-  zero: () => 0,
-  false: () => false,
-  emptyString: () => '',
-  nearLimit: () => 'x'.repeat(MAX_JSON_BYTES - 10), // 992 bytes of JSON
-  emoji: () => ({ mood: '😀', text: 'a\\u0000 is only text here' }), // a whole surrogate pair; a backslash, not U+0000
-  bigint: () => 10n,
-  cycle: () => {
-    const node: Record<string, unknown> = { name: 'loop' };
-    node.self = node;
-    return node;
-  },
-  nul: () => 'before\u0000after',
-  loneSurrogate: () => ({ cut: 'half an emoji: \ud83d' }),
-  function: () => () => 1,
-  tooLarge: () => 'é'.repeat(500), // 502 characters but 1002 bytes of JSON
-};
-
-/** What each bad ctx.progress() value threw (the code), or 'accepted': read after the job has run. */
-const progressOutcomes = new Map<string, string>();
-const NEAR_LIMIT_PROGRESS = { note: 'x'.repeat(4_000) }; // 4,011 bytes of JSON: under 4 kB
-const BAD_PROGRESS: Array<[string, unknown]> = [
-  ['-1', -1],
-  ['101', 101],
-  ['NaN', Number.NaN],
-  ['Infinity', Number.POSITIVE_INFINITY],
-  ['an array', [10]],
-  ['a string', '50'],
-  ['null', null],
-  ['undefined', undefined],
-  ['a boolean', true],
-  ['an object over 4 kB', { note: 'x'.repeat(4_100) }],
-  ['an object holding a BigInt', { n: 1n }],
-  ['an object holding U+0000', { step: 'a\u0000' }],
-  ['an object holding a lone surrogate', { step: '\udc00' }],
-];
-/** Objects that are not plain, whose JSON is not an object: what JSON.stringify makes of them would be stored. */
-const ODD_PROGRESS: Array<[string, unknown]> = [
-  ['a Date', new Date(0)],
-  ['an object whose toJSON gives 500', { toJSON: () => 500 }],
-  ['an object whose toJSON gives an array', { toJSON: () => [1, 2] }],
-];
 
 @Injectable()
 class LifecycleTasks {

@@ -5,6 +5,7 @@ import { createTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { connect, createTestDatabase } from '../support/database';
 import { skipWithoutPgBouncer, usePgBouncer } from '../support/pgbouncer';
 import { waitFor, waitForValue } from '../support/wait';
+import { LIMITED_RUNS_TABLE } from '../support/process-suite';
 import { startWorkerProcesses, stopWorkerProcesses, type WorkerProcess } from '../support/worker-processes';
 
 /**
@@ -39,7 +40,7 @@ for (const mode of ['polling', 'listenUrl'] as const) {
       await sql.query('create table runs (job_id bigint not null, pid int not null, attempt int not null)');
       await sql.query('create table handler_events (seq serial, job_id bigint not null, pid int not null, event text not null, code text)');
       await sql.query('create table handler_go (job_id bigint not null)');
-      await sql.query('create table limited_runs (job_id bigint not null, pid int not null, attempt int not null, started_at timestamptz not null, ended_at timestamptz)');
+      await sql.query(LIMITED_RUNS_TABLE);
       await sql.query('create table ticks (ts timestamptz not null, backfilled boolean not null, job_id bigint not null, pid int not null)');
       const url = bouncer().through(db.url);
       // booting together through the pooler, they migrate once (transaction-scoped locks, or on listenUrl)

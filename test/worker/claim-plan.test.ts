@@ -166,7 +166,7 @@ describe('the claim plan', () => {
         await sql.query('begin');
         try {
           await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
-          const { plan } = await explainStatement(sql, createQueries('job_queue').countTaskSlots, ['limited', 1000, 5], planMode === 'force_generic_plan');
+          const { plan } = await explainStatement(sql, createQueries('job_queue').countTaskSlots, ['limited', 1000, 5, 'w', '{}'], planMode === 'force_generic_plan');
           const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
           assert.ok(steps.some((step) => step.on === 'jobs_locked_by_idx'), `the held jobs are read from jobs_locked_by_idx: ${JSON.stringify(steps)}`);
           assert.ok(steps.every((step) => step.rows <= 100), `a step handled more than the held jobs: ${JSON.stringify(steps)}`);

@@ -61,7 +61,7 @@ describe('@Task discovery and the handler call', () => {
     assert.deepEqual(greet.payload, { to: 'Ada' });
     assert.deepEqual(
       { ...greet.ctx.job },
-      { id: job.id, taskIdentifier: 'greet', attempts: 1, maxAttempts: 4, queueName: 'greetings', key: 'greet:ada', runAt: job.runAt, flags: ['f'], createdAt: job.createdAt, flowId: job.id, flowRef: null },
+      { id: job.id, taskIdentifier: 'greet', attempts: 1, maxAttempts: 4, queueName: 'greetings', group: null, key: 'greet:ada', runAt: job.runAt, flags: ['f'], createdAt: job.createdAt, flowId: job.id, flowRef: null },
     );
     assert.ok(greet.ctx.signal instanceof AbortSignal);
     assert.equal(typeof greet.ctx.logger.log, 'function');
