@@ -15,6 +15,8 @@ import { jobsChannel, quoteIdentifier } from './names';
  *   group (every job of an app that uses none) costs it nothing. Built concurrently.
  * - `task_starts.group_key`: a start counted for a group's rate (null: the task's own rate), and
  *   its index.
+ * - `task_slots`: slot leases of tasks limited by `globalConcurrency` alone (sql/slot-leases.ts):
+ *   the slots a worker may fill with the task's jobs; gone with the worker's row.
  * - `add_grouped_job()`: add_job with the group and the trace context (one row version), for
  *   every keyed add of the library. `add_job()` (SQL callers, older workers) now takes a replaced
  *   job out of its group: a replace may also put it in a named queue, where no group may be.
@@ -38,6 +40,13 @@ export function createJobGroupsMigration(schema: string): new () => JobQueueMigr
       await q.query(`alter table ${s}.jobs add column if not exists group_key text`);
       await q.query(`alter table ${s}.finished_jobs add column if not exists group_key text`);
       await q.query(`alter table ${s}.task_starts add column if not exists group_key text`);
+      await q.query(`
+        create table if not exists ${s}.task_slots (
+          task_identifier text not null,
+          worker_id text not null references ${s}.workers (id) on delete cascade,
+          slots integer not null check (slots >= 0),
+          primary key (task_identifier, worker_id)
+        )`);
       await createIndex(
         q,
         context,
@@ -57,6 +66,7 @@ export function createJobGroupsMigration(schema: string): new () => JobQueueMigr
       await q.query(`drop function if exists ${s}.add_grouped_job(text, jsonb, text, timestamptz, integer, text, integer, text[], text, text, uuid, bigint, smallint)`);
       await dropIndex(q, { concurrently: !q.isTransactionActive }, schema, 'jobs_group_fetch_idx');
       await q.query(`drop index if exists ${s}.task_starts_group_time_idx`);
+      await q.query(`drop table if exists ${s}.task_slots`);
       await q.query(`delete from ${s}.task_starts where group_key is not null`);
       await q.query(`alter table ${s}.task_starts drop column if exists group_key`);
       await q.query(`alter table ${s}.finished_jobs drop column if exists group_key`);

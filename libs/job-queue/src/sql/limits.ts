@@ -27,6 +27,7 @@
  */
 
 import { advisoryLockClass } from './identifier';
+import { unleasedHeld } from './slot-leases';
 
 /** How long a start is kept at least, whatever its window: a window widened at run time up to this counts every start. */
 export const RATE_START_RETENTION = "interval '1 hour'";
@@ -70,12 +71,13 @@ export function createLimitQueries(s: string, tell: string) {
      * their rows stay locked until the release lands (if the worker dies first, every worker
      * counts them, and what it claimed since, until the rescue: more held than runs, never less).
      * A job of the list that another worker holds since (its release landed, a retry claimed it)
-     * counts, being no longer this worker's.
+     * counts, being no longer this worker's. A worker with a lease of the task (sql/slot-leases.ts)
+     * counts as its lease, whatever it holds.
      */
     countTaskSlots: `
       with w as (${windowOf})
-      select (select count(*) from ${s}.jobs j where j.locked_by is not null and j.task_identifier = $1::text
-                and not (j.locked_by = $4::text and j.id = any($5::bigint[])))::int as held,
+      select ((select coalesce(sum(l.slots), 0) from ${s}.task_slots l where l.task_identifier = $1::text)
+              + (${unleasedHeld(s, '$1::text', 'not (j.locked_by = $4::text and j.id = any($5::bigint[]))')}))::int as held,
         coalesce((select sum(started) from w), 0)::int as started,
         ${freesInMs('w')} as frees_in_ms,
         clock_timestamp() - now() > ${RATE_CLAIM_MAX_AGE} as stale`,

@@ -23,6 +23,7 @@
  *   sql/steps.ts        durable steps (ctx.step): loadJobSteps, recordJobStep, readJobStep, listJobSteps
  *   sql/pauses.ts       pause, resume, holdTask, listPaused (what the claims leave out: sql/claim.ts $1 and $6)
  *   sql/limits.ts       lockTaskLimit, countTaskSlots, recordStarts (the claim of a limited task), task limits set at run time
+ *   sql/slot-leases.ts  leaseTaskSlots, shrinkTaskSlots (a task limited by globalConcurrency alone)
  *   sql/group-claim.ts  claimGroupedJobs, recordGroupStarts, groupRateFreesInMs, groupAtLimit (limits per group)
  *
  * Shared fragments: sql/job-columns.ts (a job row's columns), sql/finished.ts (moving a job
@@ -46,6 +47,7 @@ import { createPauseQueries, tellControlsChanged } from './pauses';
 import { createQueueEventQueries } from './queue-events';
 import { createReadQueries } from './read';
 import { createReleaseQueries } from './release';
+import { createSlotLeaseQueries } from './slot-leases';
 import { createStepQueries } from './steps';
 import { createWorkerQueries } from './workers';
 
@@ -82,6 +84,7 @@ export function createQueries(schema: string) {
     ...createPauseQueries(s, channel),
     ...createLimitQueries(s, tellControlsChanged(channel)),
     ...createGroupClaimQueries(s),
+    ...createSlotLeaseQueries(s),
   };
 }
 

@@ -27,6 +27,8 @@ export interface LimitedClaimResult {
   rateFreesInMs?: number;
   /** A rate-limited task that may have more jobs within its limits, claimed only into free slots: claim again when a slot frees. */
   wantsSlot: boolean;
+  /** Its prefetch is full and jobs may be waiting: claim again once the prefetched jobs run low (slot-leases.ts). */
+  refill?: boolean;
 }
 
 interface Slots {

@@ -8,6 +8,7 @@ import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { claimOf } from '../core/claim-token';
 import { claimLimited, type ClaimArgs } from './limited-claim';
+import { SlotLeases } from './slot-leases';
 import { maxHeld, PrefetchSizer } from './prefetch';
 import { WorkerPart, type WorkerParts } from './worker-state';
 
@@ -27,6 +28,8 @@ export class Producer extends WorkerPart {
   private readonly claims: ClaimConnection;
   /** Which tasks have limits (globalConcurrency, rateLimit, groupConcurrency, groupRateLimit): claimed apart (limited-claim.ts). */
   readonly limits: TaskLimits;
+  /** The slots this worker leased of tasks limited by globalConcurrency alone (slot-leases.ts). */
+  private readonly leases: SlotLeases;
   /**
    * A limited task's last claim found its limit reached: the next job of this worker to end
    * wakes the fetch (slotFreed), its slot free at once since limited claims do not count this
@@ -42,6 +45,8 @@ export class Producer extends WorkerPart {
   private freedSlotsWake?: NodeJS.Immediate;
   /** Wakes the fetch when a rate-limited task's window has room again. */
   private rateTimer?: NodeJS.Timeout;
+  /** A leased task's prefetch was full with jobs maybe waiting (slot-leases.ts): claim again when the prefetched jobs run low. */
+  private refillWanted = false;
   /** The last claim round claimed the limited tasks before the others (they take turns). */
   private limitedFirst = false;
   private pollTimer?: NodeJS.Timeout;
@@ -67,6 +72,7 @@ export class Producer extends WorkerPart {
     this.prefetch = new PrefetchSizer(() => this.state.concurrency);
     this.claims = new ClaimConnection(() => this.db.pool, this.options.transactionPooling);
     this.limits = new TaskLimits(this.tasks, this.controls);
+    this.leases = new SlotLeases(this.db, this.claims, this.state, this.controls);
   }
 
   /** Polls every pollInterval, for future, retried and unnotified jobs. */
@@ -168,11 +174,14 @@ export class Producer extends WorkerPart {
     });
   }
 
-  /** Starts prefetched jobs while slots are free, in the order they were claimed. */
+  /** Starts prefetched jobs while slots are free, in the order they were claimed (a leased task's beyond its lease wait: slot-leases.ts). */
   startPrefetched(): void {
     const { state } = this;
+    const startable = this.leases.startable();
     while (state.busySlots < state.concurrency && state.prefetched.length > 0 && !state.stopping) {
-      this.launch(state.prefetched.shift()!);
+      const index = startable ? state.prefetched.findIndex((job) => startable(job.taskIdentifier)) : 0;
+      if (index < 0) break;
+      this.launch(index === 0 ? state.prefetched.shift()! : state.prefetched.splice(index, 1)[0]);
     }
   }
 
@@ -245,7 +254,7 @@ export class Producer extends WorkerPart {
       state.prefetched.push(...jobs.filter((job) => job.startedAt === null));
       this.startPrefetched();
       total += rows.length;
-      this.moreMayBeWaiting = more;
+      this.moreMayBeWaiting = more || this.refillWanted;
       if (!more) break;
     }
     return total;
@@ -283,7 +292,9 @@ export class Producer extends WorkerPart {
    * full has room again.
    */
   private async claimLimitedTasks(limited: string[], rows: ClaimedRow[], args: ClaimArgs): Promise<boolean> {
+    await this.leases.dropUnless((task) => SlotLeases.leases(this.limits.limitsOf(task)), args.workerId);
     let more = false;
+    let refill = false;
     let reached = false;
     let wanted = false;
     let nextRoomInMs = Infinity;
@@ -300,15 +311,20 @@ export class Producer extends WorkerPart {
         wanted = true;
         continue;
       }
-      const claimed = await claimLimited(this.db, this.claims, task, this.limits.declaredOf(task), { ...args, room, free });
+      const declared = this.limits.declaredOf(task);
+      const claimed = SlotLeases.leases(limits)
+        ? await this.leases.claim(task, declared, limits!.concurrency!, { ...args, room, free })
+        : await claimLimited(this.db, this.claims, task, declared, { ...args, room, free });
       rows.push(...claimed.rows);
       more ||= claimed.more;
+      refill ||= claimed.refill === true;
       reached ||= claimed.capped;
       wanted ||= claimed.wantsSlot;
       if (claimed.rateFreesInMs !== undefined) nextRoomInMs = Math.min(nextRoomInMs, claimed.rateFreesInMs);
     }
     this.limitReached = reached;
     this.slotWanted = wanted;
+    this.refillWanted = refill;
     if (nextRoomInMs !== Infinity) {
       clearTimeout(this.rateTimer);
       this.rateTimer = setTimeout(() => void this.wake(), timerDelay(nextRoomInMs));
