@@ -18,27 +18,39 @@ export const unleasedHeld = (s: string, task: string, also: string) => `
 export function createSlotLeaseQueries(s: string) {
   return {
     /**
-     * Under the task's lock: worker $2's lease of task $1 becomes what it asks for ($3 slots) as
-     * far as the limit $4 allows after every other worker's lease and the jobs held without one,
-     * and never less than the $5 jobs of the task it holds (after a limit was lowered: it then
-     * claims none until they end). Nothing for a worker whose row is gone (declared dead).
-     * Returns the lease granted.
+     * Under the task's lock: worker $2 may run `allowed` jobs of task $1 at once, what it asks for
+     * ($3) as far as the limit $4 leaves after every other worker's lease and the jobs held
+     * without one; its lease row keeps `slots`, never fewer than the $5 jobs it runs (a limit
+     * lowered under running jobs: it starts none until they end), and no row at 0 (a row hides
+     * the worker's held jobs from the counts). Nothing for a worker whose row is gone (declared
+     * dead). Returns slots and allowed.
      */
     leaseTaskSlots: `
       with room as (
-        select $4::int - coalesce((select sum(l.slots) from ${s}.task_slots l where l.task_identifier = $1::text and l.worker_id <> $2::text), 0)
-               - (${unleasedHeld(s, '$1::text', 'j.locked_by <> $2::text')}) as free
+        select greatest(0, least($3::int, $4::int
+          - coalesce((select sum(l.slots) from ${s}.task_slots l where l.task_identifier = $1::text and l.worker_id <> $2::text), 0)
+          - (${unleasedHeld(s, '$1::text', 'j.locked_by <> $2::text')})))::int as allowed
+      ),
+      kept as (
+        select greatest($5::int, (select allowed from room)) as slots
+        where exists (select 1 from ${s}.workers w where w.id = $2::text)
+      ),
+      dropped as (
+        delete from ${s}.task_slots l where l.task_identifier = $1::text and l.worker_id = $2::text
+          and coalesce((select slots from kept), 0) = 0
       ),
       granted as (
         insert into ${s}.task_slots (task_identifier, worker_id, slots)
-        select $1::text, $2::text, greatest($5::int, least($3::int, (select free from room)::int), 0)
-        where exists (select 1 from ${s}.workers w where w.id = $2::text)
+        select $1::text, $2::text, k.slots from kept k where k.slots > 0
         on conflict (task_identifier, worker_id) do update set slots = excluded.slots
         returning slots
       )
-      select coalesce((select slots from granted), 0)::int as slots`,
+      select coalesce((select slots from granted), 0)::int as slots,
+        least((select allowed from room), coalesce((select slots from granted), 0))::int as allowed`,
 
-    /** Worker $2 gives back its lease of task $1 down to the $3 jobs it holds (no lock: a smaller lease never exceeds a limit). */
-    shrinkTaskSlots: `update ${s}.task_slots set slots = $3::int where task_identifier = $1::text and worker_id = $2::text and slots > $3::int`,
+    /** Worker $2 gives back its lease of task $1 down to the $3 jobs it runs, the row gone at 0 (no lock: a smaller lease never exceeds a limit). */
+    shrinkTaskSlots: `
+      with dropped as (delete from ${s}.task_slots where task_identifier = $1::text and worker_id = $2::text and $3::int = 0)
+      update ${s}.task_slots set slots = $3::int where task_identifier = $1::text and worker_id = $2::text and slots > $3::int and $3::int > 0`,
   };
 }

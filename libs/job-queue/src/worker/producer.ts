@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { backoffMs, sleep, timerDelay } from '../core/backoff';
+import { backoffMs, timerDelay } from '../core/backoff';
 import type { Job } from '../core/job';
 import type { ControlRows } from '../control/controls';
 import { TaskLimits } from '../control/task-limits';
@@ -7,13 +7,11 @@ import { isRated } from '../core/limits';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { claimOf } from '../core/claim-token';
+import { giveBackAllBut, giveBackOnce, type GiveBackParts } from './give-back';
 import { claimLimited, type ClaimArgs } from './limited-claim';
 import { SlotLeases } from './slot-leases';
 import { maxHeld, PrefetchSizer } from './prefetch';
 import { WorkerPart, type WorkerParts } from './worker-state';
-
-/** How often a give-back retries rows someone else has locked (after 4, 16, 64, then 100 ms each: about 1 s). */
-const GIVE_BACK_BUSY_TRIES = 12;
 
 /**
  * The worker's fetch loop: wakes on NOTIFY and on its poll, claims batches of jobs (sql
@@ -188,6 +186,7 @@ export class Producer extends WorkerPart {
   /** After a heartbeat: a claim whose reply was lost leaves rows to give back. */
   afterHeartbeat(): void {
     if (this.claimReplyLost && !this.state.stopping) this.serialize(() => this.giveBackUnknown());
+    if (!this.state.stopping) this.serialize(() => this.leases.trim(this.membership.workerId));
   }
 
   /**
@@ -332,6 +331,10 @@ export class Producer extends WorkerPart {
     return more;
   }
 
+  private parts(): GiveBackParts {
+    return { membership: this.membership, state: this.state, events: this.events, logger: this.logger };
+  }
+
   private async forbiddenFlags(): Promise<string[]> {
     const option = this.options.forbiddenFlags;
     if (!option) return [];
@@ -347,7 +350,7 @@ export class Producer extends WorkerPart {
     // left for the next heartbeat (local slots keep no new slot meanwhile).
     if (!this.claimReplyLost || this.state.stopping || this.state.keptSlots.size > 0) return;
     try {
-      const { givenBack, busy } = await this.giveBackAllBut(this.state.heldIds());
+      const { givenBack, busy } = await giveBackOnce(this.parts(), this.state.heldIds());
       this.claimReplyLost = busy > 0; // a row someone has locked: try again at the next heartbeat
       if (givenBack.length > 0) this.logger.warn(`Gave back ${givenBack.length} job(s) claimed by a claim whose reply was lost: ${givenBack.join(', ')}`);
     } catch (error) {
@@ -355,51 +358,8 @@ export class Producer extends WorkerPart {
     }
   }
 
-  /**
-   * Gives back every job this worker holds except `keep`; returns their ids. A failed
-   * statement is retried a few times; rows a caller has locked are tried again for a
-   * moment, then left to the maintenance sweep (they are released once this worker's row
-   * is gone and workerTimeout has passed), so that a caller's open transaction cannot hold
-   * up the shutdown.
-   */
-  async giveBack(keep: string[]): Promise<string[]> {
-    const givenBack: string[] = [];
-    let failures = 0;
-    for (let busyTries = 0; ; ) {
-      let busy: number;
-      try {
-        const once = await this.giveBackAllBut(keep);
-        givenBack.push(...once.givenBack);
-        busy = once.busy;
-      } catch (error) {
-        this.events.reportError(this.membership.workerId, 'give-back', error);
-        if (++failures >= 5) return givenBack;
-        await sleep(backoffMs(failures));
-        continue;
-      }
-      if (busy === 0) return givenBack;
-      if (++busyTries > GIVE_BACK_BUSY_TRIES) {
-        this.logger.warn(
-          `${busy} job(s) held by ${this.membership.workerId} are row-locked by another transaction and were not given back; ` +
-            `the maintenance sweep releases them once this worker is gone`,
-        );
-        return givenBack;
-      }
-      await sleep(Math.min(100, 4 ** busyTries));
-    }
-  }
-
-  /**
-   * One give-back statement: every job this worker holds but `keep`, and but the finished ones
-   * whose release the batcher has not written yet (held up by a caller's row lock, say, or in
-   * flight): giving those back would run a finished job again. `busy`: rows someone else has
-   * locked, left for now.
-   */
-  private async giveBackAllBut(keep: string[]): Promise<{ givenBack: string[]; busy: number }> {
-    const [row] = await this.membership.run<{ given_back: string[]; busy: number }>('giveBackJobs', [
-      this.membership.workerId,
-      [...keep, ...this.state.batcher.unwrittenIds()],
-    ]);
-    return { givenBack: row.given_back, busy: row.busy };
+  /** Gives back every job this worker holds except `keep` (give-back.ts); returns their ids. */
+  giveBack(keep: string[]): Promise<string[]> {
+    return giveBackAllBut(this.parts(), keep);
   }
 }

@@ -28,7 +28,8 @@ import type { WorkerState } from './worker-state';
 const PREFETCH_PER_SLOT = 50;
 
 export class SlotLeases {
-  private readonly leases = new Map<string, { slots: number; revision: number }>();
+  /** Per task: the slots its row keeps, how many of its jobs may run at once here, and the controls' revision they were granted at. */
+  private readonly leases = new Map<string, { slots: number; allowed: number; revision: number }>();
   private workerId = '';
 
   constructor(
@@ -52,25 +53,21 @@ export class SlotLeases {
     const running = this.runningOf(task);
     const want = Math.min(limit, this.state.concurrency);
     let lease = this.leases.get(task);
-    if (lease === undefined || lease.revision !== this.controls.revision || (lease.slots <= running && lease.slots < want)) {
-      lease = { slots: await this.lease(task, declared, want, running, args.workerId), revision: this.controls.revision };
+    if (lease === undefined || lease.revision !== this.controls.revision || lease.slots > lease.allowed || (lease.allowed <= running && lease.allowed < want)) {
+      lease = { ...(await this.lease(task, declared, want, running, args.workerId)), revision: this.controls.revision };
       this.leases.set(task, lease);
     }
-    const prefetched = this.state.prefetched.filter((job) => job.taskIdentifier === task).length;
-    const room = Math.min(args.room, lease.slots * PREFETCH_PER_SLOT - running - prefetched);
-    // No slot leased (all are elsewhere): the next claim round (a NOTIFY, the poll) asks again. A full prefetch: refilled as it runs low.
-    if (room <= 0) return { rows: [], more: false, capped: false, wantsSlot: false, refill: lease.slots > 0 };
+    const prefetched = this.prefetchedOf(task);
+    const room = Math.min(args.room, lease.allowed * PREFETCH_PER_SLOT - running - prefetched);
+    // No slot here (all are leased elsewhere): the next claim round (a NOTIFY, the poll) asks again. A full prefetch: refilled as it runs low.
+    if (room <= 0) return { rows: [], more: false, capped: false, wantsSlot: false, refill: lease.allowed > 0 };
     // The claim marks started only the jobs that start at once: free slots of the worker and of the lease.
-    const free = Math.max(0, Math.min(args.free, lease.slots - running - prefetched, room));
+    const free = Math.max(0, Math.min(args.free, lease.allowed - running - prefetched, room));
     const rows = await this.claims.run((client) =>
       this.db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, room, args.workerId, free, args.pausedQueues]),
     );
     const full = rows.length > 0 && rows[0].candidate_count >= room;
-    if (rows.length === 0 && running === 0 && prefetched === 0 && lease.slots > 0) {
-      // Nothing to run and nothing held: the slots go back for other workers.
-      await this.claims.run((client) => this.db.runOn(client, 'shrinkTaskSlots', [task, args.workerId, 0]));
-      lease.slots = 0;
-    }
+    if (rows.length === 0 && running === 0 && prefetched === 0) await this.giveBack(task, args.workerId);
     return { rows, more: full, capped: false, wantsSlot: false };
   }
 
@@ -81,10 +78,40 @@ export class SlotLeases {
    */
   async dropUnless(leased: (task: string) => boolean, workerId: string): Promise<void> {
     for (const task of [...this.leases.keys()]) {
-      if (leased(task)) continue;
+      // Its jobs this worker still runs or holds start under the lease (the gate) until there are none.
+      if (leased(task) || this.runningOf(task) + this.prefetchedOf(task) > 0) continue;
+      await this.giveBack(task, workerId);
       this.leases.delete(task);
-      if (workerId === this.workerId) await this.claims.run((client) => this.db.runOn(client, 'shrinkTaskSlots', [task, workerId, 0]));
     }
+  }
+
+  /**
+   * After a heartbeat: a lease wider than what the worker runs of its task, with none of its jobs
+   * prefetched, shrinks to what runs (a worker kept busy by other tasks does not keep slots other
+   * workers could fill); it asks again at its next claim of the task.
+   */
+  async trim(workerId: string): Promise<void> {
+    if (workerId !== this.workerId) return;
+    for (const [task, lease] of this.leases) {
+      const running = this.runningOf(task);
+      if (this.prefetchedOf(task) > 0 || lease.slots <= running) continue;
+      try {
+        await this.claims.run((client) => this.db.runOn(client, 'shrinkTaskSlots', [task, workerId, running]));
+      } catch {
+        return; // the database is away: the lease stays as it was (wider, never narrower than what runs), and the next heartbeat tries again
+      }
+      lease.slots = running;
+      lease.allowed = Math.min(lease.allowed, running);
+    }
+  }
+
+  /** Gives the task's slots back, if any (its row goes): nothing of it runs or waits here. */
+  private async giveBack(task: string, workerId: string): Promise<void> {
+    const lease = this.leases.get(task);
+    if (!lease || lease.slots === 0 || workerId !== this.workerId) return;
+    await this.claims.run((client) => this.db.runOn(client, 'shrinkTaskSlots', [task, workerId, 0]));
+    lease.slots = 0;
+    lease.allowed = 0;
   }
 
   /**
@@ -100,21 +127,27 @@ export class SlotLeases {
       const lease = this.leases.get(task);
       if (lease === undefined) return true;
       const now = running.get(task) ?? 0;
-      if (now >= lease.slots) return false;
+      if (now >= lease.allowed) return false;
       running.set(task, now + 1);
       return true;
     };
   }
 
-  /** Leases up to `want` slots of `task` under its lock (never fewer than the `held` jobs it runs): the slots granted. */
-  private async lease(task: string, declared: EffectiveLimits, want: number, held: number, workerId: string): Promise<number> {
+  /** Leases up to `want` slots of `task` under its lock, its row never below the `running` jobs: the slots kept and how many may run. */
+  private async lease(task: string, declared: EffectiveLimits, want: number, running: number, workerId: string): Promise<{ slots: number; allowed: number }> {
     const [granted] = await this.claims.transaction(async (client) => {
       const [{ override }] = await this.db.runOn<{ override: StoredLimits | null }>(client, 'lockTaskLimit', [task]);
-      // The limit as stored now, whatever this worker has heard; a limit removed since leaves the lease as asked.
+      // The limit as stored now, whatever this worker has heard (none any more: as many as it asks for).
       const limit = mergeLimits(declared, override ?? undefined).concurrency ?? want;
-      return this.db.runOn<{ slots: number }>(client, 'leaseTaskSlots', [task, workerId, want, limit, held]);
+      return this.db.runOn<{ slots: number; allowed: number }>(client, 'leaseTaskSlots', [task, workerId, want, limit, running]);
     });
-    return granted.slots;
+    return granted;
+  }
+
+  private prefetchedOf(task: string): number {
+    let prefetched = 0;
+    for (const job of this.state.prefetched) if (job.taskIdentifier === task) prefetched += 1;
+    return prefetched;
   }
 
   /** The jobs of `task` this worker runs (lost ones still running included). */
