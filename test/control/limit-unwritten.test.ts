@@ -16,8 +16,10 @@ async function mostAtOnce(sql: Client, jobIds: string[], killedAt: Date): Promis
 }
 
 /**
- * A worker's limited claims do not count its own finished jobs whose release is not written yet
- * (sql countTaskSlots): a slot frees when the attempt ends, not when its release lands. With
+ * A slot of a limited task frees when its attempt ends, not when its release lands: a leasing
+ * worker (worker/slot-leases.ts) fills its lease with running jobs only, and a counting claim
+ * (sql countTaskSlots) does not count the claiming worker's finished jobs whose release is not
+ * written yet. With
  * every release blocked (a lock on finished_jobs), a worker under `globalConcurrency: 2` runs job
  * after job, never more than 2 at once; killed then, before any release landed, its finished and
  * claimed jobs stay locked (more rows than the limit, though never more than 2 ran) and count for
