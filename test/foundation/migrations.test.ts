@@ -36,7 +36,7 @@ describe('migrations', () => {
       const { rows } = await sql.query('select name from job_queue.migrations');
       assert.deepEqual(rows.map((r) => r.name), ALL_MIGRATIONS);
       const tables = (await sql.query(`select tablename from pg_tables where schemaname = 'job_queue' order by 1`)).rows;
-      assert.deepEqual(tables.map((r) => r.tablename), ['blocked_jobs', 'event_listeners', 'finished_counts', 'finished_jobs', 'flows', 'job_count_deltas', 'job_counts', 'job_dependencies', 'job_queues', 'job_steps', 'jobs', 'known_crontabs', 'leases', 'migrations', 'pauses', 'task_limits', 'task_starts', 'workers']);
+      assert.deepEqual(tables.map((r) => r.tablename), ['blocked_jobs', 'event_listeners', 'finished_counts', 'finished_jobs', 'flows', 'job_count_deltas', 'job_counts', 'job_dependencies', 'job_queues', 'job_steps', 'jobs', 'known_crontabs', 'leases', 'migrations', 'pauses', 'task_limits', 'task_slots', 'task_starts', 'workers']);
       await sql.end();
       // every instance works
       for (const [i, t] of apps.entries()) await t.jobs.add('hello', { i });
