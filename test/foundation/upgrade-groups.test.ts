@@ -1,30 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Injectable } from '@nestjs/common';
-import { DataSource } from 'typeorm';
-import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp } from '../support/app';
 import { LIMITS_VERSION, OldWorkerProcess } from '../support/previous-version';
-import { migrationNames, NewTasks, recordRun, upgradeSetup, warningsLogger } from '../support/upgrade';
+import { limitedHoldTasks, migrationNames, NewTasks, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const NEW_MIGRATION = 'JobGroups1764900000000';
 
-/** The new version's `hold`, one at a time per group (the old worker's `hold` waits for its gate), and `marker`, which only the new version has. */
-@Injectable()
-class GroupedNewTasks {
-  constructor(private readonly dataSource: DataSource) {}
-
-  @Task('hold', { groupConcurrency: 1 })
-  async hold(payload: unknown, ctx: JobContext) {
-    await recordRun(this.dataSource, payload, ctx);
-  }
-
-  @Task('marker')
-  async marker(payload: unknown, ctx: JobContext) {
-    await recordRun(this.dataSource, payload, ctx);
-  }
-}
+/** The new version's `hold`, limited as the test says, and `marker`. */
+const GroupedNewTasks = limitedHoldTasks({ groupConcurrency: 1 });
 
 /**
  * A rolling deploy of the release with limits per group (migration 13: `jobs.group_key`,

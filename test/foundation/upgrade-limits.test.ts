@@ -1,11 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Injectable } from '@nestjs/common';
-import { DataSource } from 'typeorm';
-import { Task, type JobContext } from '../../libs/job-queue/src';
 import { createTestApp } from '../support/app';
 import { FLOWS_VERSION, FLOWS_VERSION_MIGRATIONS, OldWorkerProcess } from '../support/previous-version';
-import { migrationNames, NewTasks, recordRun, upgradeSetup, warningsLogger } from '../support/upgrade';
+import { limitedHoldTasks, migrationNames, NewTasks, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const MIGRATIONS = [
@@ -17,21 +14,8 @@ const MIGRATIONS = [
   'JobGroups1764900000000',
 ];
 
-/** The new version's `hold`, limited to 1 at once (the old worker's `hold` waits for its gate), and `marker`, which only the new version has. */
-@Injectable()
-class LimitedNewTasks {
-  constructor(private readonly dataSource: DataSource) {}
-
-  @Task('hold', { globalConcurrency: 1 })
-  async hold(payload: unknown, ctx: JobContext) {
-    await recordRun(this.dataSource, payload, ctx);
-  }
-
-  @Task('marker')
-  async marker(payload: unknown, ctx: JobContext) {
-    await recordRun(this.dataSource, payload, ctx);
-  }
-}
+/** The new version's `hold`, limited as the test says, and `marker`. */
+const LimitedNewTasks = limitedHoldTasks({ globalConcurrency: 1 });
 
 /**
  * A rolling deploy of the release with concurrency limits beside a worker of 1572e48, which

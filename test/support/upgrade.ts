@@ -4,7 +4,7 @@ import { after, afterEach, before } from 'node:test';
 import { Injectable, type LoggerService } from '@nestjs/common';
 import type { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import { createJobQueueMigrations, Task, type JobContext } from '../../libs/job-queue/src';
+import { createJobQueueMigrations, Task, type JobContext, type TaskOptions } from '../../libs/job-queue/src';
 import { connect, createTestDatabase } from './database';
 import type { TestApp } from './app';
 import { installPreviousVersion, stopOldWorkers, type OldWorkerProcess, type PreviousVersionApp } from './previous-version';
@@ -27,6 +27,28 @@ export class NewTasks {
   async sleep(payload: unknown, ctx: JobContext) {
     await this.record(payload, ctx);
   }
+}
+
+/**
+ * The new version's `hold`, with the limits `options` (the old worker's `hold` waits for its
+ * gate; this one records its run at once), and `marker`, which only the new version has.
+ */
+export function limitedHoldTasks(options: TaskOptions) {
+  @Injectable()
+  class LimitedHoldTasks {
+    constructor(readonly dataSource: DataSource) {}
+
+    @Task('hold', options)
+    async hold(payload: unknown, ctx: JobContext) {
+      await recordRun(this.dataSource, payload, ctx);
+    }
+
+    @Task('marker')
+    async marker(payload: unknown, ctx: JobContext) {
+      await recordRun(this.dataSource, payload, ctx);
+    }
+  }
+  return LimitedHoldTasks;
 }
 
 /** Records a run of the new version's handler in the runs table, as old-worker.js's `record` does. */

@@ -65,6 +65,12 @@ const POLICIES: readonly DependencyFailurePolicy[] = ['fail', 'ignore', 'continu
 
 const invalid = (message: string) => new JobQueueError('JQ_INVALID_FLOW', message);
 
+/** A flow's jobs (addFlow's steps, ctx.continueWith's job) take no jobKey, and no group yet: JQ_INVALID_FLOW, naming `where`. */
+export function checkFlowJobSpec(spec: object, where: string): void {
+  if ('jobKey' in spec || 'jobKeyMode' in spec) throw invalid(`${where}: a flow's jobs take no jobKey`);
+  if ('group' in spec) throw invalid(`${where}: a flow's jobs take no group (not supported yet)`);
+}
+
 /**
  * Checks a flow's shape (refs, dependencies, policies, no cycle) and returns its steps in an
  * order where each comes after all it depends on (the input order where that holds), with
@@ -77,13 +83,12 @@ export function orderFlowSteps(steps: unknown): FlowStep[] {
   const byRef = new Map<string, FlowStep>();
   for (const [index, step] of steps.entries()) {
     if (step === null || typeof step !== 'object') throw invalid(`step ${index} must be an object`);
-    const { ref, dependsOn, onDependencyFailure } = step as FlowStep & { jobKey?: unknown; jobKeyMode?: unknown };
+    const { ref, dependsOn, onDependencyFailure } = step as FlowStep;
     if (typeof ref !== 'string' || ref.length === 0 || ref.length > MAX_REF_LENGTH) {
       throw invalid(`step ${index}: ref must be a non-empty string of at most ${MAX_REF_LENGTH} characters`);
     }
     if (byRef.has(ref)) throw invalid(`the ref '${ref}' is used by two steps`);
-    if ('jobKey' in step || 'jobKeyMode' in step) throw invalid(`step '${ref}': a flow's jobs take no jobKey`);
-    if ('group' in step) throw invalid(`step '${ref}': a flow's jobs take no group (not supported yet)`);
+    checkFlowJobSpec(step, `step '${ref}'`);
     if (dependsOn !== undefined && (!Array.isArray(dependsOn) || dependsOn.some((d) => typeof d !== 'string'))) {
       throw invalid(`step '${ref}': dependsOn must be an array of refs`);
     }

@@ -72,6 +72,16 @@ export function isRated(limits: EffectiveLimits): boolean {
   return limits.rate !== undefined || limits.groupRate !== undefined;
 }
 
+/** Whether the task limits each group of its jobs (its claim takes them by group: sql/group-claim.ts). */
+export function isGrouped(limits: EffectiveLimits): boolean {
+  return limits.groupConcurrency !== undefined || limits.groupRate !== undefined;
+}
+
+/** Whether the task's limit is leased rather than counted at each claim: a concurrency limit and nothing else (worker/slot-leases.ts). */
+export function isLeased(limits: EffectiveLimits | undefined): limits is EffectiveLimits & { concurrency: number } {
+  return limits?.concurrency !== undefined && !isRated(limits) && !isGrouped(limits);
+}
+
 /** Whether any limit is set: the task is claimed apart (worker/limited-claim.ts). */
 export function hasLimits(limits: EffectiveLimits): boolean {
   return Object.values(limits).some((value) => value !== undefined);

@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
-import { orderFlowSteps, type AddedFlow, type DependencyResult, type Flow, type FlowEdge, type FlowState, type FlowStep } from '../core/flow-steps';
+import { checkFlowJobSpec, orderFlowSteps, type AddedFlow, type DependencyResult, type Flow, type FlowEdge, type FlowState, type FlowStep } from '../core/flow-steps';
 import type { Job, JobSpec } from '../core/job';
 import { toJsonText } from '../core/json';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
@@ -155,10 +155,9 @@ export class JobFlows {
     return results;
   }
 
-  /** `ctx.continueWith()`'s job, checked when called: a flow's jobs take no jobKey. */
+  /** `ctx.continueWith()`'s job, checked when called: a flow's jobs take no jobKey and no group. */
   continuation(identifier: string, payload: unknown, spec: Omit<JobSpec, 'manager'> = {}): ValidJob {
-    if (spec && ('jobKey' in spec || 'jobKeyMode' in spec)) throw new JobQueueError('JQ_INVALID_FLOW', `continueWith('${identifier}'): a flow's jobs take no jobKey`);
-    if (spec && 'group' in spec) throw new JobQueueError('JQ_INVALID_FLOW', `continueWith('${identifier}'): a flow's jobs take no group (not supported yet)`);
+    if (spec) checkFlowJobSpec(spec, `continueWith('${identifier}')`);
     return this.specs.validate(identifier, payload, spec ?? {});
   }
 

@@ -10,9 +10,20 @@
  */
 
 import { CLAIMED_COLUMNS } from './claim';
+import { freesInMs, notFinishedBy } from './limits';
 
 /** Jobs of task $1 with a group, waiting in no named queue: the rows of jobs_group_fetch_idx (alias `j`). */
 const groupedJob = `j.task_identifier = $1::text and j.group_key is not null and j.is_available and j.queue_name is null`;
+
+/** Per group of task $1, how many of its jobs workers hold, but worker `worker`'s finished jobs `unwritten` (sql/limits.ts notFinishedBy). */
+const heldByGroup = (s: string, worker: string, unwritten: string) => `
+  select j.group_key, count(*)::int as n from ${s}.jobs j
+  where j.locked_by is not null and j.task_identifier = $1::text and j.group_key is not null and ${notFinishedBy(worker, unwritten)}
+  group by j.group_key`;
+
+/** The starts of task $1 within the window of $2 ms (alias `t`) that `also` selects. */
+const groupWindow = (s: string, also: string) =>
+  `${s}.task_starts t where t.task_identifier = $1::text and ${also} and t.started_at >= now() - $2::bigint * interval '1 millisecond'`;
 
 /** The first `limit` jobs of group `group` the claim may take now (none of the flags $2), in claim order, with the row version the statement saw. */
 const groupJobs = (s: string, group: string, limit: string) => `
@@ -54,12 +65,7 @@ export function createGroupClaimQueries(s: string) {
         select (select j.group_key from ${s}.jobs j where ${groupedJob} and j.group_key > g.group_key order by j.group_key limit 1)
         from groups g where g.group_key is not null
       ),
-      held as (
-        select j.group_key, count(*)::int as n from ${s}.jobs j
-        where j.locked_by is not null and j.task_identifier = $1::text and j.group_key is not null
-          and not (j.locked_by = $4::text and j.id = any($9::bigint[]))
-        group by j.group_key
-      ),
+      held as (${heldByGroup(s, '$4::text', '$9::bigint[]')}),
       started as (
         select t.group_key, sum(t.started)::int as n from ${s}.task_starts t
         where $7::bigint is not null and t.task_identifier = $1::text and t.group_key is not null
@@ -109,13 +115,7 @@ export function createGroupClaimQueries(s: string) {
      * (its groupConcurrency; not counting worker $3's finished jobs $4 whose release it has not
      * written yet), so that a job's end may free a slot the claim could use.
      */
-    groupAtLimit: `
-      select exists (
-        select 1 from ${s}.jobs j
-        where j.locked_by is not null and j.task_identifier = $1::text and j.group_key is not null
-          and not (j.locked_by = $3::text and j.id = any($4::bigint[]))
-        group by j.group_key having count(*) >= $2::int
-      ) as at_limit`,
+    groupAtLimit: `select exists (select 1 from (${heldByGroup(s, '$3::text', '$4::bigint[]')}) h where h.n >= $2::int) as at_limit`,
 
     /** $1 task, $2 the group rate's window in ms, $3 the groups of the jobs this claim started (one entry per job): recorded at the claim's time. */
     recordGroupStarts: `
@@ -130,15 +130,7 @@ export function createGroupClaimQueries(s: string) {
      * it (sql/limits.ts freesInMs), for the worker's wake-up.
      */
     groupRateFreesInMs: `
-      select min(x.frees_in_ms)::float8 as frees_in_ms from (
-        select distinct on (w.group_key) (extract(epoch from (w.started_at - clock_timestamp())) * 1000 + $2::bigint + 1)::float8 as frees_in_ms
-        from (
-          select t.group_key, t.started_at, sum(t.started) over (partition by t.group_key order by t.started_at desc) as newer
-          from ${s}.task_starts t
-          where t.task_identifier = $1::text and t.group_key is not null and t.started_at >= now() - $2::bigint * interval '1 millisecond'
-        ) w
-        where w.newer >= $3::int
-        order by w.group_key, w.started_at desc
-      ) x`,
+      select min(${freesInMs(`(select t.started_at, t.started from ${groupWindow(s, 't.group_key = g.group_key')}) gw`)})::float8 as frees_in_ms
+      from (select distinct t.group_key from ${groupWindow(s, 't.group_key is not null')}) g`,
   };
 }

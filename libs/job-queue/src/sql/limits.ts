@@ -43,11 +43,19 @@ const RATE_CLAIM_MAX_AGE = "interval '30 seconds'";
  * transaction's now(): a claim's transaction began before its lock wait, and the worker that
  * waits would wake that much late.
  */
-const freesInMs = (w: string) => `(
+export const freesInMs = (w: string) => `(
   select (extract(epoch from (x.started_at - clock_timestamp())) * 1000 + $2::bigint + 1)::float8
   from (select started_at, sum(started) over (order by started_at desc) as newer from ${w}) x
   where x.newer >= $3::int
   order by x.started_at desc limit 1)`;
+
+/**
+ * Job `j` is not one of worker `worker`'s finished jobs whose release it has not written yet
+ * (`ids`): its attempt is over, though its row stays locked until the release lands. Limited
+ * claims leave those out of what the claiming worker holds (if it dies first, every worker
+ * counts them, and what it claimed since, until the rescue: more held than runs, never less).
+ */
+export const notFinishedBy = (worker: string, ids: string) => `not (j.locked_by = ${worker} and j.id = any(${ids}))`;
 
 export function createLimitQueries(s: string, tell: string) {
   const lockClass = advisoryLockClass(s, 'task_limit');
@@ -77,7 +85,7 @@ export function createLimitQueries(s: string, tell: string) {
     countTaskSlots: `
       with w as (${windowOf})
       select ((select coalesce(sum(l.slots), 0) from ${s}.task_slots l where l.task_identifier = $1::text)
-              + (${unleasedHeld(s, '$1::text', 'not (j.locked_by = $4::text and j.id = any($5::bigint[]))')}))::int as held,
+              + (${unleasedHeld(s, '$1::text', notFinishedBy('$4::text', '$5::bigint[]'))}))::int as held,
         coalesce((select sum(started) from w), 0)::int as started,
         ${freesInMs('w')} as frees_in_ms,
         clock_timestamp() - now() > ${RATE_CLAIM_MAX_AGE} as stale`,

@@ -1,4 +1,4 @@
-import { isRated, mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
+import { isGrouped, isRated, mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
 import type { PoolClient } from 'pg';
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { ClaimConnection } from './claim-connection';
@@ -13,7 +13,10 @@ export interface ClaimArgs {
   /** Free slots: the first ones claimed are marked started. */
   free: number;
   pausedQueues: string[];
-  /** The worker's finished jobs whose release is not written yet: not counted as held (sql countTaskSlots). */
+}
+
+/** A counted claim's arguments: the general claim's, and the worker's finished jobs whose release is not written yet (not counted as held: sql countTaskSlots). */
+export interface CountedClaimArgs extends ClaimArgs {
   unwritten: string[];
 }
 
@@ -54,7 +57,7 @@ const STALE_RETRY_MS = 10;
  * prefetched job would start later than the start its claim counted. The caller skips a
  * rate-limited task it knows of when no slot is free.
  */
-export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection, task: string, declared: EffectiveLimits, args: ClaimArgs): Promise<LimitedClaimResult> {
+export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection, task: string, declared: EffectiveLimits, args: CountedClaimArgs): Promise<LimitedClaimResult> {
   let limits = declared;
   let room = Infinity;
   let asked = 0;
@@ -102,9 +105,6 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
   return { rows, more: false, capped, rateFreesInMs, wantsSlot: mayHaveMore && !capped && rateFreesInMs === undefined };
 }
 
-/** Whether the task limits each group of its jobs. */
-const isGrouped = (limits: EffectiveLimits) => limits.groupConcurrency !== undefined || limits.groupRate !== undefined;
-
 /** The sooner of two wake-ups (undefined: none). */
 function earliest(a: number | undefined, b: number | undefined): number | undefined {
   return a === undefined ? b : b === undefined ? a : Math.min(a, b);
@@ -121,7 +121,7 @@ async function claimGroups(
   client: PoolClient,
   task: string,
   limits: EffectiveLimits,
-  args: ClaimArgs,
+  args: CountedClaimArgs,
   asked: number,
   free: number,
 ): Promise<{ rows: ClaimedRow[]; rateFreesInMs?: number; atLimit: boolean }> {

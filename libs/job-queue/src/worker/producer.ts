@@ -3,7 +3,7 @@ import { backoffMs, timerDelay } from '../core/backoff';
 import type { Job } from '../core/job';
 import type { ControlRows } from '../control/controls';
 import { TaskLimits } from '../control/task-limits';
-import { isRated } from '../core/limits';
+import { isLeased, isRated } from '../core/limits';
 import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { claimOf } from '../core/claim-token';
@@ -220,9 +220,7 @@ export class Producer extends WorkerPart {
       let more = false;
       this.claiming = true;
       try {
-        // Limited claims do not count this worker's finished jobs whose release is on its way.
-        const unwritten = limited.length > 0 ? state.batcher.unwrittenIds() : [];
-        const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: controls.queues, unwritten };
+        const args: ClaimArgs = { forbidden: await this.forbiddenFlags(), room, workerId: claimedAs, free, pausedQueues: controls.queues };
         // Whichever claim goes first may fill the room: with both kinds of task, they take
         // turns at going first, so that neither starves while the other keeps the slots full.
         this.limitedFirst = limited.length > 0 && unlimited.length > 0 && (this.slotWanted || !this.limitedFirst);
@@ -291,7 +289,9 @@ export class Producer extends WorkerPart {
    * full has room again.
    */
   private async claimLimitedTasks(limited: string[], rows: ClaimedRow[], args: ClaimArgs): Promise<boolean> {
-    await this.leases.dropUnless((task) => SlotLeases.leases(this.limits.limitsOf(task)), args.workerId);
+    await this.leases.dropUnless((task) => isLeased(this.limits.limitsOf(task)), args.workerId);
+    // Counted claims do not count this worker's finished jobs whose release is on its way: read once, when one is made.
+    let unwritten: string[] | undefined;
     let more = false;
     let refill = false;
     let reached = false;
@@ -311,9 +311,9 @@ export class Producer extends WorkerPart {
         continue;
       }
       const declared = this.limits.declaredOf(task);
-      const claimed = SlotLeases.leases(limits)
-        ? await this.leases.claim(task, declared, limits!.concurrency!, { ...args, room, free })
-        : await claimLimited(this.db, this.claims, task, declared, { ...args, room, free });
+      const claimed = isLeased(limits)
+        ? await this.leases.claim(task, declared, limits.concurrency, { ...args, room, free })
+        : await claimLimited(this.db, this.claims, task, declared, { ...args, room, free, unwritten: (unwritten ??= this.state.batcher.unwrittenIds()) });
       rows.push(...claimed.rows);
       more ||= claimed.more;
       refill ||= claimed.refill === true;

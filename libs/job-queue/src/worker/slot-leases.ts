@@ -39,12 +39,7 @@ export class SlotLeases {
     private readonly controls: Controls,
   ) {}
 
-  /** Whether `limits` are leased rather than counted at each claim: a concurrency limit, and nothing else. */
-  static leases(limits: EffectiveLimits | undefined): boolean {
-    return limits?.concurrency !== undefined && limits.rate === undefined && limits.groupConcurrency === undefined && limits.groupRate === undefined;
-  }
-
-  /** Claims jobs of `task` (declared limits `declared`, `limit` as this worker knows it) into its lease, leasing more when it is full. */
+  /** Claims jobs of `task` (declared limits `declared`, its `limit` as this worker knows it) into its lease, leasing more when it is full. */
   async claim(task: string, declared: EffectiveLimits, limit: number, args: ClaimArgs): Promise<LimitedClaimResult> {
     if (args.workerId !== this.workerId) {
       this.leases.clear();
@@ -120,9 +115,7 @@ export class SlotLeases {
    */
   startable(): ((task: string) => boolean) | undefined {
     if (this.leases.size === 0) return undefined;
-    const running = new Map<string, number>();
-    for (const entry of this.state.running.values()) running.set(entry.job.taskIdentifier, (running.get(entry.job.taskIdentifier) ?? 0) + 1);
-    for (const entry of this.state.lostRunning) running.set(entry.job.taskIdentifier, (running.get(entry.job.taskIdentifier) ?? 0) + 1);
+    const running = this.runningByTask();
     return (task) => {
       const lease = this.leases.get(task);
       if (lease === undefined) return true;
@@ -152,9 +145,15 @@ export class SlotLeases {
 
   /** The jobs of `task` this worker runs (lost ones still running included). */
   private runningOf(task: string): number {
-    let running = 0;
-    for (const entry of this.state.running.values()) if (entry.job.taskIdentifier === task) running += 1;
-    for (const entry of this.state.lostRunning) if (entry.job.taskIdentifier === task) running += 1;
+    return this.runningByTask().get(task) ?? 0;
+  }
+
+  /** How many jobs of each task this worker runs, lost ones still running included. */
+  private runningByTask(): Map<string, number> {
+    const running = new Map<string, number>();
+    for (const entry of [...this.state.running.values(), ...this.state.lostRunning]) {
+      running.set(entry.job.taskIdentifier, (running.get(entry.job.taskIdentifier) ?? 0) + 1);
+    }
     return running;
   }
 }
