@@ -77,7 +77,8 @@ describe('flows: events, retention and SQL', () => {
     try {
       await jobsChannel.barrier();
       const later = new Date(Date.now() + 3_600_000);
-      const flow = await c.t.jobs.addFlow([{ ref: 'a', identifier: 'flow_step', runAt: later }, { ref: 'b', identifier: 'flow_step', dependsOn: ['a'] }]);
+      // b holds the flow open (a gate) while a is read: retention.completed 0 deletes a flow's jobs once it ended
+      const flow = await c.t.jobs.addFlow([{ ref: 'a', identifier: 'flow_step', runAt: later }, { ref: 'gate_b', identifier: 'flow_step', dependsOn: ['a'] }]);
       assert.deepEqual(await jobsChannel.barrier(), [], 'a root not due yet wakes nobody');
       await c.t.jobs.addFlow([{ ref: 'now', identifier: 'flow_step' }]);
       assert.deepEqual(await jobsChannel.barrier(), [''], 'a due root wakes the workers');
@@ -85,7 +86,14 @@ describe('flows: events, retention and SQL', () => {
       const waited = c.t.jobs.waitForJob(flow.jobs.a.id, { timeout: 20_000 });
       await c.t.jobs.completeJobs([flow.jobs.a.id], { result: { ok: 1 } });
       assert.deepEqual((await waited).result, { ok: 1 });
-      assert.deepEqual((await c.t.jobs.waitForFlow(flow.flowId, { timeout: 20_000 })).a, { ok: 1 });
+      await waitFor('b to start once a completed', () => gates.has('gate_b'));
+      gates.get('gate_b')!();
+      await waitForValue(c.sql, 'the flow to end', 'select state from job_queue.flows where id = $1', 'completed', [flow.flowId]);
+      await waitForValue(c.sql, "the flow's jobs to go once it ended", 'select count(*)::int from job_queue.finished_jobs where flow_id = $1', 0, [flow.flowId]);
+      await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 20_000 }), (error: Error & { code?: string }) => {
+        assert.equal(error.code, 'JQ_FLOW_NOT_FOUND', 'a completed flow whose jobs are gone has no results to give, as a job that is gone');
+        return true;
+      });
     } finally {
       await jobsChannel.end();
     }

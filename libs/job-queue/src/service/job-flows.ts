@@ -108,6 +108,8 @@ export class JobFlows {
       const flow = await this.get(flowId);
       if (!flow) return { error: new JobQueueError('JQ_FLOW_NOT_FOUND', `flow ${flowId} does not exist (or its retention is over)`) };
       if (flow.state === 'running') return undefined;
+      // The flow's row outlives its jobs: with retention.completed 0 they go once it ended, and no result is left to give.
+      if (flow.state === 'completed' && flow.jobs.length === 0) return { error: new JobQueueError('JQ_FLOW_NOT_FOUND', `flow ${flowId} completed, and its jobs' retention is over (retention.completed 0 keeps none)`) };
       if (flow.state === 'completed') return { value: resultsByRef(flow) };
       const ended = flow.jobs.filter((job) => job.state === 'failed' || job.state === 'cancelled').map((job) => job.flowRef ?? job.id);
       const refs = [...new Set(ended)].join(', ');

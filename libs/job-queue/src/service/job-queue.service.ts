@@ -90,7 +90,9 @@ export class JobQueueService {
   /**
    * Waits until the flow ends: resolves with each ref's result (a chain's last job's), rejects
    * with JQ_FLOW_FAILED (naming the failed refs) or JQ_FLOW_CANCELLED (a FlowEndedError
-   * carrying the flow), JQ_WAIT_TIMEOUT after `timeout`, JQ_FLOW_NOT_FOUND. Woken by NOTIFY.
+   * carrying the flow), JQ_WAIT_TIMEOUT after `timeout`, JQ_FLOW_NOT_FOUND (no such flow, or
+   * it completed and its jobs' retention is over: with `retention.completed` 0 a completed
+   * flow leaves no results to read). Woken by NOTIFY.
    */
   waitForFlow<Results extends Record<string, unknown> = Record<string, unknown>>(flowId: string, options: { timeout?: number | string } = {}): Promise<Results> {
     const timeout = options?.timeout === undefined ? undefined : checkDuration('timeout', options.timeout, 1, 'JQ_INVALID_SPEC', 'waitForFlow', MAX_WAIT_MS);
