@@ -142,6 +142,27 @@ for (const mode of ['polling', 'listenUrl'] as const) {
       assert.equal(most.n, 2);
     });
 
+    // Polling, a worker hears of setTaskLimits at its next poll: until then its claims of a task
+    // it leases follow the limit it knows (docs/guides/limits.md). With listenUrl the notification
+    // comes before the add's, so every claim of these jobs follows the rate.
+    it('a rate-limited task (its count, claim and record one message, the values written in: nothing prepared through the pooler): at most 5 start in any second, each job once', { skip: mode === 'polling' }, async () => {
+      await t.jobs.setTaskLimits('limited', { globalConcurrency: null, rateLimit: { max: 5, per: '1s' } });
+      try {
+        const ids = (await t.jobs.addMany(Array.from({ length: 12 }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 10, n } as never })))).map((job) => job.id);
+        await waitForValue(sql, 'every rate-limited job to finish', 'select count(*)::int from job_queue.finished_jobs where id = any($1::bigint[])', ids.length, [ids]);
+        // by the starts the claims recorded (the jobs' started_at), as the limit counts them
+        const { rows: [row] } = await sql.query(
+          `with s as (select started_at from job_queue.finished_jobs where id = any($1::bigint[]))
+           select max((select count(*) from s o where o.started_at between w.started_at and w.started_at + interval '1 second'))::int as most from s w`,
+          [ids],
+        );
+        const { rows: [runs] } = await sql.query('select count(distinct job_id)::int as jobs, count(*)::int as runs from limited_runs where job_id = any($1::bigint[])', [ids]);
+        assert.deepEqual({ ...row, ...runs }, { most: 5, jobs: 12, runs: 12 }, 'at most 5 in any second, and 5 reached; every job once');
+      } finally {
+        await t.jobs.resetTaskLimits('limited');
+      }
+    });
+
     it('no worker reported a failed statement meanwhile (a prepared statement or a setting lost by the pooler would show here)', () => {
       // the worker's reports (events reportError: `<what> failed, retrying: …`), and anything of a statement gone wrong
       for (const worker of workers) assert.doesNotMatch(worker.output, /failed, retrying|prepared statement|JQ_TRANSACTION_POOLER|ERROR/, `worker ${worker.index} printed:\n${worker.output}`);

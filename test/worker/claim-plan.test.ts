@@ -158,7 +158,7 @@ describe('the claim plan', () => {
         assert.deepEqual(claimed, expected.map((r) => r.id), 'the unqueued jobs in order; nothing of the paused queue');
       });
 
-      it(`counts a limited task's held jobs through jobs_locked_by_idx, never its backlog: 20,000 waiting, 50 held (${label})`, async () => {
+      it(`counts a limited task's held jobs through jobs_locked_by_idx, and claims, never walking its backlog: 20,000 waiting, 50 held (${label})`, async () => {
         await reset(statistics);
         await sql.query(`insert into job_queue.jobs (task_identifier) select 'limited' from generate_series(1, 20000)`);
         await sql.query(`insert into job_queue.jobs (task_identifier, locked_by, locked_at, attempts) select 'limited', 'other-worker', now(), 1 from generate_series(1, 50)`);
@@ -166,10 +166,17 @@ describe('the claim plan', () => {
         await sql.query('begin');
         try {
           await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
-          const { plan } = await explainStatement(sql, createQueries('job_queue').countTaskSlots, ['limited', 1000, 5, 'w', '{}'], planMode === 'force_generic_plan');
-          const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
-          assert.ok(steps.some((step) => step.on === 'jobs_locked_by_idx'), `the held jobs are read from jobs_locked_by_idx: ${JSON.stringify(steps)}`);
-          assert.ok(steps.every((step) => step.rows <= 100), `a step handled more than the held jobs: ${JSON.stringify(steps)}`);
+          const queries = createQueries('job_queue');
+          // the count of a group-limited task's claim, and the counted claim of the others (count, claim and record in one statement)
+          for (const [text, values] of [
+            [queries.countTaskSlots, ['limited', 1000, 5, 'w', '{}']],
+            [queries.claimCountedJobs, ['{limited}', '{}', 5, 'w', 5, '{}', 100, 1000, 5, '{}', null]],
+          ] as const) {
+            const { plan } = await explainStatement(sql, text, [...values], planMode === 'force_generic_plan');
+            const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+            assert.ok(steps.some((step) => step.on === 'jobs_locked_by_idx'), `the held jobs are read from jobs_locked_by_idx: ${JSON.stringify(steps)}`);
+            assert.ok(steps.every((step) => step.rows <= 100), `a step handled more than the held jobs: ${JSON.stringify(steps)}`);
+          }
         } finally {
           await sql.query('rollback');
         }

@@ -31,14 +31,16 @@ describe('claim transactions', () => {
       const pool = new Pool({ connectionString: db.url, max });
       pools.push(pool);
       const claims = new ClaimConnection(() => pool, pooled);
-      const [row] = await claims.transaction(async (client) => (await client.query(`select current_setting('transaction_isolation') as level`)).rows);
+      const read = `select current_setting('transaction_isolation') as level`;
+      // the opening (sent with the begin: a limited claim's lock) and a statement after it
+      const [opened, after] = await claims.transaction<{ level: string }, { level: string }>(read, async (client, rows) => [...rows, ...(await client.query<{ level: string }>(read)).rows]);
       const [{ level }] = (await pool.query(`select current_setting('transaction_isolation') as level`)).rows;
       await claims.close();
-      return [row.level, level];
+      return [opened.level, after.level, level];
     };
-    // [in the claim's transaction, the database's default]
-    assert.deepEqual(await isolation(10, false), ['read committed', 'repeatable read'], 'the kept connection');
-    assert.deepEqual(await isolation(10, true), ['read committed', 'repeatable read'], 'through a pooler');
-    assert.deepEqual(await isolation(2, false), ['read committed', 'repeatable read'], 'a small pool');
+    // [in the claim's transaction: its opening, then a statement; the database's default]
+    assert.deepEqual(await isolation(10, false), ['read committed', 'read committed', 'repeatable read'], 'the kept connection');
+    assert.deepEqual(await isolation(10, true), ['read committed', 'read committed', 'repeatable read'], 'through a pooler');
+    assert.deepEqual(await isolation(2, false), ['read committed', 'read committed', 'repeatable read'], 'a small pool');
   });
 });

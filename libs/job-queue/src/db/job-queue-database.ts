@@ -10,11 +10,12 @@ import { runJobQueueMigrations } from './run-migrations';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { DirectPool } from './direct-pool';
+import { inlineParameters, sqlLiteral, type InlineValue } from './inline-parameters';
 import { migrateBesidePooler } from './pooled-migrations';
 import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatementClash, transactionPoolerFound } from './pooler-check';
 
 /** The name of a statement of sql/queries.ts. */
-export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel' | 'eventsChannel'>;
+export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel' | 'eventsChannel' | 'lockTaskLimitOf'>;
 
 /**
  * The module's hold on PostgreSQL: finds the DataSource, applies the migrations at
@@ -29,6 +30,8 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   private ownsSource = false;
   /** Part of every prepared statement's name: bumped when the schema changed a statement's result (see run). */
   private generation = 0;
+  /** The statements each connection has prepared by SQL PREPARE (inMessage). */
+  private readonly preparedBySql = new WeakMap<ClientBase, Set<string>>();
   /** With transactionPooling and listenUrl: the connections that reach PostgreSQL directly. */
   private readonly direct?: DirectPool;
 
@@ -121,6 +124,24 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    */
   async runPlannedEachTime<Row extends QueryResultRow>(statement: Statement, values: unknown[]): Promise<Row[]> {
     return (await this.pool.query<Row>(this.sql[statement], values)).rows;
+  }
+
+  /**
+   * Statement `statement` with `values` (of SQL `types`), as statements to send in a message of
+   * several, which takes no parameters (worker/claim-connection.ts oneMessage): an EXECUTE of it
+   * prepared on `client` by SQL PREPARE (its plan kept as runOn keeps one), the PREPARE first
+   * the first time; unprepared, the values written in, where runOn does not prepare. A message
+   * that fails destroys its connection, so a PREPARE that did not happen is never counted on.
+   */
+  inMessage(client: ClientBase, statement: Statement, types: readonly string[], values: readonly InlineValue[]): string[] {
+    if (!this.options.preparedStatements && !this.direct?.has(client)) return [inlineParameters(this.sql[statement], values)];
+    const name = `jq_${this.options.schema}_sql_${statement}`;
+    const execute = `execute ${name}(${values.map(sqlLiteral).join(', ')})`;
+    const prepared = this.preparedBySql.get(client) ?? new Set<string>();
+    this.preparedBySql.set(client, prepared);
+    if (prepared.has(name)) return [execute];
+    prepared.add(name);
+    return [`prepare ${name} (${types.join(', ')}) as ${this.sql[statement]}`, execute];
   }
 
   /**

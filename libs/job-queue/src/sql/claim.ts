@@ -41,21 +41,34 @@ const claimableHead = (h: string, s: string) => `${claimable(h)} and ${queueRuns
 
 export function createClaimQueries(s: string) {
   return {
-    claimJobs: claimStatement(s, false),
+    claimJobs: claimStatement(s),
     /**
      * claimJobs for a task with group limits (sql/group-claim.ts claims its grouped jobs): its
      * jobs without a group only. A job with a group is in no named queue (the job spec refuses
      * both), so only the unqueued walk tells them apart.
      */
-    claimUngroupedJobs: claimStatement(s, true),
+    claimUngroupedJobs: claimStatement(s, { ungroupedOnly: true }),
   };
 }
 
-/**
- * The claim, or with `ungroupedOnly` its variant for group-limited tasks (claimUngroupedJobs):
- * prepared apart, so the general claim's text and plan stay as they are.
- */
-function claimStatement(s: string, ungroupedOnly: boolean): string {
+/** What sets a claim statement apart from the general claim (each variant is prepared apart, so the general claim's text and plan stay as they are). */
+export interface ClaimVariant {
+  /** Only jobs without a group (claimUngroupedJobs). */
+  ungroupedOnly?: boolean;
+  /** CTEs before the claim's own, which `limit` and `started` may read (sql/counted-claim.ts). */
+  before?: string;
+  /** How many jobs to claim at most: $3 by default. */
+  limit?: string;
+  /** How many of them to mark started: $5 by default. */
+  started?: string;
+  /** With it, the claimed rows are the CTE `claimed`, and this follows it (more CTEs, then the statement's select). */
+  after?: string;
+}
+
+/** The claim, or one of its variants (ClaimVariant). */
+export function claimStatement(s: string, variant: ClaimVariant = {}): string {
+  const { ungroupedOnly = false, before = '', limit = '$3', started = '$5', after = '' } = variant;
+  const limitInt = limit === '$3' ? '$3::int' : limit;
   return (
     /**
      * The claim. Up to $3 available jobs of the tasks $1 that carry none of the flags $2,
@@ -122,12 +135,12 @@ function claimStatement(s: string, ungroupedOnly: boolean): string {
      * just filled, the planner would read and sort every due job at each claim).
      */
     `
-      with recursive walked as (
+      with recursive ${before}walked as (
         select j.id, j.xmin as version, j.queue_name, j.priority, j.run_at, j.first_run_at, j.task_identifier, j.flags
         from ${s}.jobs j
         where j.is_available and j.queue_name is not null and j.run_at <= now() and j.cancel_requested_at is null
         order by j.priority, j.run_at, j.id
-        limit ${QUEUED_WALK_FACTOR} * $3::int
+        limit ${QUEUED_WALK_FACTOR} * ${limitInt}
       ),
       walked_heads as (
         select h.id, h.version, h.priority, h.run_at
@@ -141,7 +154,7 @@ function claimStatement(s: string, ungroupedOnly: boolean): string {
           and h.id = (${queueHead('h.queue_name', s)})
       ),
       enumerate as (
-        select (select count(*) from walked_heads) < $3 and (select count(*) from walked) = ${QUEUED_WALK_FACTOR} * $3::int as needed
+        select (select count(*) from walked_heads) < ${limit} and (select count(*) from walked) = ${QUEUED_WALK_FACTOR} * ${limitInt} as needed
       ),
       queue_names as (
         (select j.queue_name from ${s}.jobs j
@@ -167,7 +180,7 @@ function claimStatement(s: string, ungroupedOnly: boolean): string {
         union all
         select id, version, priority, run_at from enumerated_heads
         order by priority, run_at, id
-        limit ${QUEUED_WALK_FACTOR} * $3::int
+        limit ${QUEUED_WALK_FACTOR} * ${limitInt}
       ),
       unqueued as materialized (
         select j.id, j.queue_name, j.priority, j.run_at
@@ -178,14 +191,14 @@ function claimStatement(s: string, ungroupedOnly: boolean): string {
           and j.cancel_requested_at is null
           and exists (select 1 from ${s}.workers w where w.id = $4)
         order by j.priority, j.run_at, j.id
-        limit $3
+        limit ${limit}
         for update of j skip locked
       ),
       queued as materialized (
         select l.id, l.queue_name, l.priority, l.run_at
         from (
           select h.* from heads h
-          where (select count(*) from unqueued) < $3
+          where (select count(*) from unqueued) < ${limit}
              or (h.priority, h.run_at, h.id) < (select u.priority, u.run_at, u.id from unqueued u order by u.priority desc, u.run_at desc, u.id desc limit 1)
           order by h.priority, h.run_at, h.id
           offset 0
@@ -197,13 +210,13 @@ function claimStatement(s: string, ungroupedOnly: boolean): string {
           for update of j skip locked
         ) l
         where exists (select 1 from ${s}.workers w where w.id = $4)
-        limit $3
+        limit ${limit}
       ),
       candidates as materialized (
         select c.id, c.queue_name, c.priority, c.run_at
         from (select * from unqueued union all select * from queued) c
         order by c.priority, c.run_at, c.id
-        limit $3
+        limit ${limit}
       ),
       locked_queues as (
         insert into ${s}.job_queues as q (queue_name, locked_at, locked_by)
@@ -215,11 +228,10 @@ function claimStatement(s: string, ungroupedOnly: boolean): string {
       picked as (
         select array_agg(id order by priority, run_at, id) as ids from candidates
         where queue_name is null or queue_name in (select queue_name from locked_queues)
-      )
-      update ${s}.jobs j
+      )${after ? ',\n      claimed as (' : '\n      '}update ${s}.jobs j
       set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
-          started_at = case when j.id = any((select ids[1:$5] from picked)::bigint[]) then now() end
+          started_at = case when j.id = any((select ids[1:${started}] from picked)::bigint[]) then now() end
       where j.id = any((select ids from picked)::bigint[])
-      returning ${CLAIMED_COLUMNS}, (select count(*) from candidates)::int as candidate_count`
+      returning ${CLAIMED_COLUMNS}, (select count(*) from candidates)::int as candidate_count${after ? `)${after}` : ''}`
   );
 }

@@ -3,6 +3,16 @@ export function quoteIdentifier(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }
 
+/**
+ * A string as an SQL literal, for a statement sent without parameters (worker/claim-connection.ts
+ * opening): quotes doubled, and backslashes too in an E'' literal, whatever
+ * standard_conforming_strings says.
+ */
+export function quoteLiteral(value: string): string {
+  const quoted = value.replace(/'/g, "''");
+  return value.includes('\\') ? ` E'${quoted.replace(/\\/g, '\\\\')}'` : `'${quoted}'`;
+}
+
 /** The channel add_job notifies and workers LISTEN on. */
 export function jobsChannel(schema: string): string {
   return `${schema}:jobs`;

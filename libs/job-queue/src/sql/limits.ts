@@ -4,7 +4,8 @@
  * tasks ($1 of claimJobs) and claimed by a claim of its own, in one transaction on the claim
  * connection (worker/limited-claim.ts):
  *
- *   lockTaskLimit (and the limits set at run time) → countTaskSlots → claimJobs with $1 = [task], $3 = the free slots → recordStarts → commit
+ *   begin + lockTaskLimitOf (and the limits set at run time) → claimCountedJobs (sql/counted-claim.ts: count, claim, record) → commit;
+ *   with group limits: … → countTaskSlots → claimGroupedJobs, claimUngroupedJobs → recordStarts → commit
  *
  * The lock serialises the limited claims of one task across the cluster; each statement after
  * it takes a snapshot that sees every claim committed before the lock was granted, so what it
@@ -26,7 +27,7 @@
  * `s` is the quoted schema, `tell` the notification that the controls changed.
  */
 
-import { advisoryLockClass } from './identifier';
+import { advisoryLockClass, quoteLiteral } from './identifier';
 import { unleasedHeld } from './slot-leases';
 
 /** How long a start is kept at least, whatever its window: a window widened at run time up to this counts every start. */
@@ -43,11 +44,27 @@ const RATE_CLAIM_MAX_AGE = "interval '30 seconds'";
  * transaction's now(): a claim's transaction began before its lock wait, and the worker that
  * waits would wake that much late.
  */
-export const freesInMs = (w: string) => `(
-  select (extract(epoch from (x.started_at - clock_timestamp())) * 1000 + $2::bigint + 1)::float8
+export const freesInMs = (w: string, perMs = '$2', max = '$3') => `(
+  select (extract(epoch from (x.started_at - clock_timestamp())) * 1000 + ${perMs}::bigint + 1)::float8
   from (select started_at, sum(started) over (order by started_at desc) as newer from ${w}) x
-  where x.newer >= $3::int
+  where x.newer >= ${max}::int
   order by x.started_at desc limit 1)`;
+
+/** The starts of task `task`'s own rate (not its groups': sql/group-claim.ts) within `perMs` ms of the transaction's time. */
+export const rateWindow = (s: string, task: string, perMs: string) =>
+  `select started_at, started from ${s}.task_starts where task_identifier = ${task} and group_key is null and started_at >= now() - ${perMs}::bigint * interval '1 millisecond'`;
+
+/**
+ * How many of task `task`'s jobs workers hold (claimed, running or prefetched), but worker
+ * `worker`'s finished jobs whose release is unwritten (`unwritten`): each lease of the task
+ * (sql/slot-leases.ts) counts as its slots, and every other worker as the rows it holds.
+ */
+export const heldOfTask = (s: string, task: string, worker: string, unwritten: string) =>
+  `((select coalesce(sum(l.slots), 0) from ${s}.task_slots l where l.task_identifier = ${task})
+    + (${unleasedHeld(s, task, notFinishedBy(worker, unwritten))}))::int`;
+
+/** A rate-limited claim whose transaction began too long ago counts nothing: its window could reach starts deleted since. */
+export const staleRateClaim = `clock_timestamp() - now() > ${RATE_CLAIM_MAX_AGE}`;
 
 /**
  * Job `j` is not one of worker `worker`'s finished jobs whose release it has not written yet
@@ -59,16 +76,17 @@ export const notFinishedBy = (worker: string, ids: string) => `not (j.locked_by 
 
 export function createLimitQueries(s: string, tell: string) {
   const lockClass = advisoryLockClass(s, 'task_limit');
-  /** The task $1's own starts (not its groups': sql/group-claim.ts) within $2 ms of the transaction's time. */
-  const windowOf = `select started_at, started from ${s}.task_starts where task_identifier = $1::text and group_key is null and started_at >= now() - $2::bigint * interval '1 millisecond'`;
+  const windowOf = rateWindow(s, '$1::text', '$2');
   return {
     /**
-     * $1 task: the task's limit lock (two-int key: class, hash of the task) until the transaction
-     * ends, and the limits set for it at run time (null for none), so that a claim that begins
-     * after setTaskLimits returned follows them, whatever the worker has heard.
+     * The task's limit lock (two-int key: class, hash of the task) until the transaction ends, and
+     * the limits set for it at run time (override, null for none), so that a claim that begins
+     * after setTaskLimits returned follows them, whatever the worker has heard. Without
+     * parameters (the task a literal), so that it goes with the claim's begin in one round trip
+     * (worker/claim-connection.ts).
      */
-    lockTaskLimit: `select pg_advisory_xact_lock(${lockClass}, hashtext($1::text))::text as locked,
-      (select l.limits from ${s}.task_limits l where l.task_identifier = $1::text) as override`,
+    lockTaskLimitOf: (task: string) => `select pg_advisory_xact_lock(${lockClass}, hashtext(${quoteLiteral(task)}))::text as locked,
+      (select l.limits from ${s}.task_limits l where l.task_identifier = ${quoteLiteral(task)}) as override`,
 
     /**
      * $1 task, $2 its rate's window in ms and $3 its max (null, null without a rate), $4 the
@@ -84,11 +102,10 @@ export function createLimitQueries(s: string, tell: string) {
      */
     countTaskSlots: `
       with w as (${windowOf})
-      select ((select coalesce(sum(l.slots), 0) from ${s}.task_slots l where l.task_identifier = $1::text)
-              + (${unleasedHeld(s, '$1::text', notFinishedBy('$4::text', '$5::bigint[]'))}))::int as held,
+      select ${heldOfTask(s, '$1::text', '$4::text', '$5::bigint[]')} as held,
         coalesce((select sum(started) from w), 0)::int as started,
         ${freesInMs('w')} as frees_in_ms,
-        clock_timestamp() - now() > ${RATE_CLAIM_MAX_AGE} as stale`,
+        ${staleRateClaim} as stale`,
 
     /**
      * $1 task, $2 window ms, $3 max, $4 jobs this claim started: records them at the claim's

@@ -22,7 +22,8 @@
  *   sql/queue-events.ts cluster-wide events: who listens, and publishing them (release, cancel)
  *   sql/steps.ts        durable steps (ctx.step): loadJobSteps, recordJobStep, readJobStep, listJobSteps
  *   sql/pauses.ts       pause, resume, holdTask, listPaused (what the claims leave out: sql/claim.ts $1 and $6)
- *   sql/limits.ts       lockTaskLimit, countTaskSlots, recordStarts (the claim of a limited task), task limits set at run time
+ *   sql/limits.ts       lockTaskLimitOf, countTaskSlots, recordStarts (the claim of a group-limited task), task limits set at run time
+ *   sql/counted-claim.ts claimCountedJobs (a limited task's count, claim and record of starts in one statement)
  *   sql/slot-leases.ts  leaseTaskSlots, shrinkTaskSlots (a task limited by globalConcurrency alone)
  *   sql/group-claim.ts  claimGroupedJobs, recordGroupStarts, groupRateFreesInMs, groupAtLimit (limits per group)
  *
@@ -36,6 +37,7 @@ import { createAddQueries } from './add';
 import { createAdminQueries } from './admin';
 import { createClaimQueries } from './claim';
 import { createCountQueries } from './counts';
+import { createCountedClaimQueries } from './counted-claim';
 import { createCronQueries } from './cron';
 import { createFlowQueries } from './flows';
 import { createGroupClaimQueries } from './group-claim';
@@ -71,6 +73,7 @@ export function createQueries(schema: string) {
     ...createAddQueries(s, channel),
     ...createAdminQueries(s),
     ...createClaimQueries(s),
+    ...createCountedClaimQueries(s),
     ...createReleaseQueries(s, channel, finished, events),
     ...createCronQueries(s),
     ...createFlowQueries(s, channel),

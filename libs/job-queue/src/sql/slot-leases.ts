@@ -2,7 +2,7 @@
  * Slot leases (worker/slot-leases.ts): a task limited by `globalConcurrency` alone is claimed
  * with the plain claim (sql claimJobs, one round trip, no lock) into slots each worker leases
  * beforehand, a row of `task_slots` per worker and task. A lease is granted under the task's
- * lock (sql/limits.ts lockTaskLimit) while every worker's lease, plus the jobs held by workers
+ * lock (sql/limits.ts lockTaskLimitOf) while every worker's lease, plus the jobs held by workers
  * that have none (workers of earlier releases, claims counted by sql countTaskSlots), stays
  * within the limit; a worker holds at most its lease of the task's jobs. So no more than the
  * limit run at once, and a claim pays no lock. A dead worker's lease goes with its row at the

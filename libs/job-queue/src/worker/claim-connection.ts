@@ -1,4 +1,4 @@
-import type { Pool, PoolClient } from 'pg';
+import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
 import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
 
 /**
@@ -60,10 +60,10 @@ export class ClaimConnection {
 
   /** Runs `claim` (one statement) on a connection with the claim settings. */
   async run<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
-    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction(claim);
+    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction('', claim);
     const client = await this.kept();
     try {
-      if (this.pooled) return await this.transactionOn(client, claim);
+      if (this.pooled) return await this.transactionOn(client, `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`, '', claim);
       return await claim(client);
     } catch (error) {
       this.drop(client, error);
@@ -74,36 +74,72 @@ export class ClaimConnection {
   /**
    * Runs `claim` (several statements: a limited task's claim, worker/limited-claim.ts) in one
    * transaction on a connection with the claim settings: the kept one (begin … commit; through a
-   * pooler with the settings local to it), or one of its own on a small pool. A failure destroys
-   * the connection, which may still be in the transaction.
+   * pooler with the settings local to it), or one of its own on a small pool. `opening` (one
+   * statement without parameters: the task's lock) is sent with the begin, in the same round
+   * trip, and `claim` gets its rows. A failure destroys the connection, which may still be in
+   * the transaction.
    */
-  async transaction<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
-    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction(claim);
+  async transaction<Row, Opened extends QueryResultRow>(opening: string, claim: (client: PoolClient, opened: Opened[]) => Promise<Row[]>): Promise<Row[]> {
+    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction(opening, claim);
     const client = await this.kept();
     try {
-      if (this.pooled) return await this.transactionOn(client, claim);
-      await client.query(BEGIN);
-      const rows = await claim(client);
-      await client.query('commit');
-      return rows;
+      return await this.transactionOn(client, this.pooled ? `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}` : BEGIN, opening, claim);
     } catch (error) {
       this.drop(client, error);
       throw error;
     }
   }
 
-  /** The claim in a transaction with the settings local to it; a failure leaves the connection to be destroyed by the caller. */
-  private async transactionOn<Row>(client: PoolClient, claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
-    await client.query(`${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`);
-    const rows = await claim(client);
+  /**
+   * Runs `statements` (without parameters: JobQueueDatabase.inMessage) in one transaction sent as
+   * one message, on a connection with the claim settings: begin, the statements, commit, in one
+   * round trip, each statement with a snapshot of its own. Returns the last statement's rows.
+   * A limited task's claim holds the task's lock from the statement that takes it to the
+   * commit: in one message that is the server's time alone, not the round trips between.
+   */
+  async oneMessage<Row extends QueryResultRow>(statements: (client: PoolClient) => string[]): Promise<Row[]> {
+    const send = async (client: PoolClient, begin: string) => {
+      const results = (await client.query([begin, ...statements(client), 'commit'].join('; '))) as unknown as Array<QueryResult<Row>>;
+      return results[results.length - 2].rows;
+    };
+    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) {
+      const client = await this.pool().connect();
+      try {
+        const rows = await send(client, `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`);
+        client.release();
+        return rows;
+      } catch (error) {
+        client.release(error instanceof Error ? error : true); // destroyed: it may still be in the transaction
+        throw error;
+      }
+    }
+    const client = await this.kept();
+    try {
+      return await send(client, this.pooled ? `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}` : BEGIN);
+    } catch (error) {
+      this.drop(client, error);
+      throw error;
+    }
+  }
+
+  /** The claim in a transaction begun by `begin`; a failure leaves the connection to be destroyed by the caller. */
+  private async transactionOn<Row, Opened extends QueryResultRow>(
+    client: PoolClient,
+    begin: string,
+    opening: string,
+    claim: (client: PoolClient, opened: Opened[]) => Promise<Row[]>,
+  ): Promise<Row[]> {
+    // Several statements without parameters go in one message (the simple query protocol), each answered in turn.
+    const results = (await client.query(opening ? `${begin}; ${opening}` : begin)) as unknown as QueryResult<Opened> | Array<QueryResult<Opened>>;
+    const rows = await claim(client, opening && Array.isArray(results) ? results[results.length - 1].rows : []);
     await client.query('commit');
     return rows;
   }
 
-  private async runInTransaction<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
+  private async runInTransaction<Row, Opened extends QueryResultRow>(opening: string, claim: (client: PoolClient, opened: Opened[]) => Promise<Row[]>): Promise<Row[]> {
     const client = await this.pool().connect();
     try {
-      const rows = await this.transactionOn(client, claim);
+      const rows = await this.transactionOn(client, `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`, opening, claim);
       client.release();
       return rows;
     } catch (error) {

@@ -1,6 +1,7 @@
 import { isGrouped, isRated, mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
 import type { PoolClient } from 'pg';
 import type { JobQueueDatabase } from '../db/job-queue-database';
+import { CLAIM_COUNTED_TYPES } from '../sql/counted-claim';
 import type { ClaimConnection } from './claim-connection';
 import type { ClaimedRow } from './claimed-job';
 
@@ -34,68 +35,62 @@ export interface LimitedClaimResult {
   refill?: boolean;
 }
 
+/** What a task's lock says (sql lockTaskLimitOf): the limits set for it at run time. */
+export interface TaskLock {
+  override: StoredLimits | null;
+}
+
+/** The count of a task's slots (sql countTaskSlots). */
 interface Slots {
   held: number;
   started: number;
   frees_in_ms: number | null;
-  /** The transaction began too long ago for a rate's count (sql countTaskSlots). */
+  /** The transaction began too long ago for a rate's count. */
   stale: boolean;
 }
+
+/** A row of sql claimCountedJobs: a claimed job (id null when it claimed none) and the count beside it. */
+type CountedRow = ClaimedRow & Omit<Slots, 'started'> & { asked: number; limits_changed: boolean; override: StoredLimits | null };
 
 /** How soon a claim that found its transaction stale tries again. */
 const STALE_RETRY_MS = 10;
 
+/** What a limited claim found, for the result it gives (claimLimited). */
+interface Outcome {
+  limits: EffectiveLimits;
+  rows: ClaimedRow[];
+  /** The concurrency limit less what the cluster held before this claim. */
+  room: number;
+  /** How many jobs it tried to claim. */
+  asked: number;
+  rateFreesInMs?: number;
+  groupAtLimit?: boolean;
+}
+
+/** How many times in a row a claim meets limits it had not heard of before it gives up until its next round. */
+const MAX_LIMIT_CHANGES = 3;
+
 /**
- * The claim of one limited task (sql/limits.ts): in one transaction on the claim connection,
- * the task's advisory lock and the limits set for it at run time (over `declared`, the
- * decorator's), then how many of its jobs are held and how many started within its rate's
- * window, then the ordinary claim (sql claimJobs) of that task alone for what the limits leave,
- * or, with group limits, its grouped jobs by group (sql/group-claim.ts) and then its others,
- * then the record of the starts. Claims of the same task in other processes wait for the lock
- * and count after this one committed, so no limit is ever exceeded; other tasks' claims never
- * take it. A rate-limited task (its own rate or its groups') is claimed only into free slots: a
- * prefetched job would start later than the start its claim counted. The caller skips a
- * rate-limited task it knows of when no slot is free.
+ * The claim of one limited task: under the task's advisory lock, how many of its jobs are held
+ * and how many started within its rate's window, the ordinary claim of that task alone for what
+ * the limits leave, and the record of the starts: one statement (sql claimCountedJobs) in one
+ * message with the begin, the lock and the commit, or with group limits a transaction of several
+ * (claimByGroups). Claims of the same task in other processes wait for the lock and count after
+ * this one committed, so no limit is ever exceeded; other tasks' claims never take it. `believed`
+ * is what the worker has heard setTaskLimits store (over `declared`, the decorator's); the claim
+ * follows what is stored when it counts. A rate-limited task (its own rate or its groups') is
+ * claimed only into free slots: a prefetched job would start later than the start its claim
+ * counted. The caller skips a rate-limited task it knows of when no slot is free.
  */
-export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection, task: string, declared: EffectiveLimits, args: CountedClaimArgs): Promise<LimitedClaimResult> {
-  let limits = declared;
-  let room = Infinity;
-  let asked = 0;
-  let rateFreesInMs: number | undefined;
-  let groupAtLimit = false;
-  const rows = await claims.transaction(async (client) => {
-    const [{ override }] = await db.runOn<{ override: StoredLimits | null }>(client, 'lockTaskLimit', [task]);
-    limits = mergeLimits(declared, override ?? undefined);
-    const { concurrency = Infinity, rate } = limits;
-    const rated = isRated(limits);
-    if (rated && args.free <= 0) return [];
-    const window = rate ? [rate.perMs, rate.max] : [null, null];
-    const [slots] = await db.runOn<Slots>(client, 'countTaskSlots', [task, ...window, args.workerId, args.unwritten]);
-    if (rated && slots.stale) {
-      rateFreesInMs = STALE_RETRY_MS;
-      return [];
-    }
-    room = concurrency - slots.held;
-    const rateRoom = rate ? rate.max - slots.started : Infinity;
-    if (rateRoom <= 0) rateFreesInMs = slots.frees_in_ms ?? 0;
-    asked = Math.min(rated ? Math.min(args.free, args.room) : args.room, room, rateRoom);
-    if (asked <= 0) return [];
-    const free = Math.min(args.free, asked);
-    let claimed: ClaimedRow[];
-    if (isGrouped(limits)) {
-      const grouped = await claimGroups(db, client, task, limits, args, asked, free);
-      claimed = grouped.rows;
-      groupAtLimit = grouped.atLimit;
-      rateFreesInMs = earliest(rateFreesInMs, grouped.rateFreesInMs);
-    } else {
-      claimed = await db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, free, args.pausedQueues]);
-    }
-    if (rate && claimed.length > 0) {
-      const [recorded] = await db.runOn<{ frees_in_ms: number | null }>(client, 'recordStarts', [task, ...window, claimed.length]);
-      rateFreesInMs = earliest(rateFreesInMs, recorded.frees_in_ms ?? undefined);
-    }
-    return claimed;
-  });
+export async function claimLimited(
+  db: JobQueueDatabase,
+  claims: ClaimConnection,
+  task: string,
+  declared: EffectiveLimits,
+  believed: StoredLimits | undefined,
+  args: CountedClaimArgs,
+): Promise<LimitedClaimResult> {
+  const { limits, rows, room, asked, rateFreesInMs, groupAtLimit = false } = await claimCounted(db, claims, task, declared, believed ?? null, args);
   const full = rows.length > 0 && (rows.length >= asked || rows[0].candidate_count >= asked);
   // A group at its limit frees a slot when one of its jobs ends: that should wake a claim.
   const capped = room <= 0 || (full && asked === room) || groupAtLimit;
@@ -103,6 +98,68 @@ export async function claimLimited(db: JobQueueDatabase, claims: ClaimConnection
   // A rate-limited claim takes the free slots only: with more waiting, the next claim comes when a slot frees, not in this fetch round.
   const mayHaveMore = args.free <= 0 || full;
   return { rows, more: false, capped, rateFreesInMs, wantsSlot: mayHaveMore && !capped && rateFreesInMs === undefined };
+}
+
+/** The claim of a task without group limits (sql claimCountedJobs), with the limits stored when it counts. */
+async function claimCounted(db: JobQueueDatabase, claims: ClaimConnection, task: string, declared: EffectiveLimits, believed: StoredLimits | null, args: CountedClaimArgs): Promise<Outcome> {
+  let override = believed;
+  for (let changes = 0; changes < MAX_LIMIT_CHANGES; changes++) {
+    const limits = mergeLimits(declared, override ?? undefined);
+    if (isGrouped(limits)) return claimByGroups(db, claims, task, declared, args);
+    const rated = isRated(limits);
+    if (rated && args.free <= 0) return { limits, rows: [], room: Infinity, asked: 0 };
+    const window = limits.rate ? [limits.rate.perMs, limits.rate.max] : [null, null];
+    const wanted = rated ? Math.min(args.free, args.room) : args.room;
+    const values = [[task], args.forbidden, wanted, args.workerId, args.free, args.pausedQueues, limits.concurrency ?? null, ...window, args.unwritten, override && JSON.stringify(override)];
+    const counted = await claims.oneMessage<CountedRow>((client) => [db.sql.lockTaskLimitOf(task), ...db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values)]);
+    const [first] = counted;
+    if (first.limits_changed) {
+      override = first.override;
+      continue;
+    }
+    const rateFreesInMs = first.stale ? STALE_RETRY_MS : (first.frees_in_ms ?? undefined);
+    return { limits, rows: first.id === null ? [] : counted, room: (limits.concurrency ?? Infinity) - first.held, asked: first.asked, rateFreesInMs };
+  }
+  // setTaskLimits changed this task's limits under each of these claims: the next round tries again.
+  return { limits: mergeLimits(declared, override ?? undefined), rows: [], room: Infinity, asked: 0, rateFreesInMs: STALE_RETRY_MS };
+}
+
+/**
+ * The claim of a task with group limits, in one transaction on the claim connection: the task's
+ * lock and the limits stored for it (sent with the begin), how many of its jobs are held and
+ * started within its rate's window (sql countTaskSlots), its grouped jobs by group and then its
+ * others (claimGroups), and the record of the task's starts.
+ */
+async function claimByGroups(db: JobQueueDatabase, claims: ClaimConnection, task: string, declared: EffectiveLimits, args: CountedClaimArgs): Promise<Outcome> {
+  const outcome: Outcome = { limits: declared, rows: [], room: Infinity, asked: 0 };
+  outcome.rows = await claims.transaction<ClaimedRow, TaskLock>(db.sql.lockTaskLimitOf(task), async (client, [{ override }]) => {
+    const limits = (outcome.limits = mergeLimits(declared, override ?? undefined));
+    const { concurrency = Infinity, rate } = limits;
+    const rated = isRated(limits);
+    if (rated && args.free <= 0) return [];
+    const window = rate ? [rate.perMs, rate.max] : [null, null];
+    const [slots] = await db.runOn<Slots>(client, 'countTaskSlots', [task, ...window, args.workerId, args.unwritten]);
+    if (rated && slots.stale) {
+      outcome.rateFreesInMs = STALE_RETRY_MS;
+      return [];
+    }
+    outcome.room = concurrency - slots.held;
+    const rateRoom = rate ? rate.max - slots.started : Infinity;
+    if (rateRoom <= 0) outcome.rateFreesInMs = slots.frees_in_ms ?? 0;
+    const asked = (outcome.asked = Math.min(rated ? Math.min(args.free, args.room) : args.room, outcome.room, rateRoom));
+    if (asked <= 0) return [];
+    // A task whose limits lost their groups since the worker looked is claimed here all the same: its jobs without a group are all it finds.
+    const grouped = isGrouped(limits) ? await claimGroups(db, client, task, limits, args, asked, Math.min(args.free, asked)) : undefined;
+    const claimed = grouped?.rows ?? (await db.runOn<ClaimedRow>(client, 'claimJobs', [[task], args.forbidden, asked, args.workerId, Math.min(args.free, asked), args.pausedQueues]));
+    outcome.groupAtLimit = grouped?.atLimit ?? false;
+    outcome.rateFreesInMs = earliest(outcome.rateFreesInMs, grouped?.rateFreesInMs);
+    if (rate && claimed.length > 0) {
+      const [recorded] = await db.runOn<{ frees_in_ms: number | null }>(client, 'recordStarts', [task, ...window, claimed.length]);
+      outcome.rateFreesInMs = earliest(outcome.rateFreesInMs, recorded.frees_in_ms ?? undefined);
+    }
+    return claimed;
+  });
+  return outcome;
 }
 
 /** The sooner of two wake-ups (undefined: none). */

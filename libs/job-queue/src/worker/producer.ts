@@ -313,7 +313,7 @@ export class Producer extends WorkerPart {
       const declared = this.limits.declaredOf(task);
       const claimed = isLeased(limits)
         ? await this.leases.claim(task, declared, limits.concurrency, { ...args, room, free })
-        : await claimLimited(this.db, this.claims, task, declared, { ...args, room, free, unwritten: (unwritten ??= this.state.batcher.unwrittenIds()) });
+        : await claimLimited(this.db, this.claims, task, declared, this.controls.overrideOf(task), { ...args, room, free, unwritten: (unwritten ??= this.state.batcher.unwrittenIds()) });
       rows.push(...claimed.rows);
       more ||= claimed.more;
       refill ||= claimed.refill === true;

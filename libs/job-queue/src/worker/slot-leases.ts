@@ -1,9 +1,9 @@
-import { mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
+import { mergeLimits, type EffectiveLimits } from '../core/limits';
 import type { Controls } from '../control/controls';
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { ClaimConnection } from './claim-connection';
 import type { ClaimedRow } from './claimed-job';
-import type { ClaimArgs, LimitedClaimResult } from './limited-claim';
+import type { ClaimArgs, LimitedClaimResult, TaskLock } from './limited-claim';
 import type { WorkerState } from './worker-state';
 
 /**
@@ -128,8 +128,7 @@ export class SlotLeases {
 
   /** Leases up to `want` slots of `task` under its lock, its row never below the `running` jobs: the slots kept and how many may run. */
   private async lease(task: string, declared: EffectiveLimits, want: number, running: number, workerId: string): Promise<{ slots: number; allowed: number }> {
-    const [granted] = await this.claims.transaction(async (client) => {
-      const [{ override }] = await this.db.runOn<{ override: StoredLimits | null }>(client, 'lockTaskLimit', [task]);
+    const [granted] = await this.claims.transaction<{ slots: number; allowed: number }, TaskLock>(this.db.sql.lockTaskLimitOf(task), async (client, [{ override }]) => {
       // The limit as stored now, whatever this worker has heard (none any more: as many as it asks for).
       const limit = mergeLimits(declared, override ?? undefined).concurrency ?? want;
       return this.db.runOn<{ slots: number; allowed: number }>(client, 'leaseTaskSlots', [task, workerId, want, limit, running]);
