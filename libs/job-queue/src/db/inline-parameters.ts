@@ -23,7 +23,7 @@ export function sqlLiteral(value: InlineValue): string {
   if (value === null) return 'null';
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) throw new Error(`inlineParameters: ${value} is no number to write`);
-    return String(value);
+    return value < 0 ? `(${value})` : String(value); // never `- -3`, nor `--3` (a comment)
   }
   if (typeof value === 'string') return quoteLiteral(value);
   // An array literal, each element double-quoted (quotes and backslashes escaped): '{"a","b"}'.

@@ -10,7 +10,8 @@ import { runJobQueueMigrations } from './run-migrations';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { DirectPool } from './direct-pool';
-import { inlineParameters, sqlLiteral, type InlineValue } from './inline-parameters';
+import { inlineParameters, type InlineValue } from './inline-parameters';
+import { executePrepared } from './sql-prepared';
 import { migrateBesidePooler } from './pooled-migrations';
 import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatementClash, transactionPoolerFound } from './pooler-check';
 
@@ -30,8 +31,6 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   private ownsSource = false;
   /** Part of every prepared statement's name: bumped when the schema changed a statement's result (see run). */
   private generation = 0;
-  /** The statements each connection has prepared by SQL PREPARE (inMessage). */
-  private readonly preparedBySql = new WeakMap<ClientBase, Set<string>>();
   /** With transactionPooling and listenUrl: the connections that reach PostgreSQL directly. */
   private readonly direct?: DirectPool;
 
@@ -129,19 +128,13 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   /**
    * Statement `statement` with `values` (of SQL `types`), as statements to send in a message of
    * several, which takes no parameters (worker/claim-connection.ts oneMessage): an EXECUTE of it
-   * prepared on `client` by SQL PREPARE (its plan kept as runOn keeps one), the PREPARE first
-   * the first time; unprepared, the values written in, where runOn does not prepare. A message
-   * that fails destroys its connection, so a PREPARE that did not happen is never counted on.
+   * prepared on `client` by SQL PREPARE (db/sql-prepared.ts; its plan kept as runOn keeps one);
+   * through a transaction-mode pooler, which keeps no SQL PREPARE from one transaction to the
+   * next whatever `preparedStatements` says, its text with the values written in.
    */
   inMessage(client: ClientBase, statement: Statement, types: readonly string[], values: readonly InlineValue[]): string[] {
-    if (!this.options.preparedStatements && !this.direct?.has(client)) return [inlineParameters(this.sql[statement], values)];
-    const name = `jq_${this.options.schema}_sql_${statement}`;
-    const execute = `execute ${name}(${values.map(sqlLiteral).join(', ')})`;
-    const prepared = this.preparedBySql.get(client) ?? new Set<string>();
-    this.preparedBySql.set(client, prepared);
-    if (prepared.has(name)) return [execute];
-    prepared.add(name);
-    return [`prepare ${name} (${types.join(', ')}) as ${this.sql[statement]}`, execute];
+    if (this.options.transactionPooling && !this.direct?.has(client)) return [inlineParameters(this.sql[statement], values)];
+    return executePrepared(client, this.options.schema, statement, this.sql[statement], types, values);
   }
 
   /**
@@ -205,7 +198,7 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
 }
 
 /** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */
-function isResultTypeChanged(error: unknown): boolean {
+export function isResultTypeChanged(error: unknown): boolean {
   const { code, message } = (error ?? {}) as { code?: string; message?: string };
   return code === '0A000' && /cached plan must not change result type/.test(message ?? '');
 }

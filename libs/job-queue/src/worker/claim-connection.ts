@@ -99,7 +99,8 @@ export class ClaimConnection {
    */
   async oneMessage<Row extends QueryResultRow>(statements: (client: PoolClient) => string[]): Promise<Row[]> {
     const send = async (client: PoolClient, begin: string) => {
-      const results = (await client.query([begin, ...statements(client), 'commit'].join('; '))) as unknown as Array<QueryResult<Row>>;
+      const results = (await client.query([begin, ...statements(client), 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
+      if (!Array.isArray(results) || results.length < 3) throw new Error('a claim message of several statements was answered as one');
       return results[results.length - 2].rows;
     };
     if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) {

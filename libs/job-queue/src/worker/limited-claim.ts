@@ -1,6 +1,6 @@
 import { isGrouped, isRated, mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
 import type { PoolClient } from 'pg';
-import type { JobQueueDatabase } from '../db/job-queue-database';
+import { isResultTypeChanged, type JobQueueDatabase } from '../db/job-queue-database';
 import { CLAIM_COUNTED_TYPES } from '../sql/counted-claim';
 import type { ClaimConnection } from './claim-connection';
 import type { ClaimedRow } from './claimed-job';
@@ -111,14 +111,16 @@ async function claimCounted(db: JobQueueDatabase, claims: ClaimConnection, task:
     const window = limits.rate ? [limits.rate.perMs, limits.rate.max] : [null, null];
     const wanted = rated ? Math.min(args.free, args.room) : args.room;
     const values = [[task], args.forbidden, wanted, args.workerId, args.free, args.pausedQueues, limits.concurrency ?? null, ...window, args.unwritten, override && JSON.stringify(override)];
-    const counted = await claims.oneMessage<CountedRow>((client) => [db.sql.lockTaskLimitOf(task), ...db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values)]);
+    const send = () => claims.oneMessage<CountedRow>((client) => [db.sql.lockTaskLimitOf(task), ...db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values)]);
+    // Prepared before a migration changed what it returns: its connection is gone; prepared again on the next.
+    const counted = await send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
     const [first] = counted;
     if (first.limits_changed) {
       override = first.override;
       continue;
     }
-    const rateFreesInMs = first.stale ? STALE_RETRY_MS : (first.frees_in_ms ?? undefined);
-    return { limits, rows: first.id === null ? [] : counted, room: (limits.concurrency ?? Infinity) - first.held, asked: first.asked, rateFreesInMs };
+    if (first.stale) return { limits, rows: [], room: Infinity, asked: 0, rateFreesInMs: STALE_RETRY_MS };
+    return { limits, rows: first.id === null ? [] : counted, room: (limits.concurrency ?? Infinity) - first.held, asked: first.asked, rateFreesInMs: first.frees_in_ms ?? undefined };
   }
   // setTaskLimits changed this task's limits under each of these claims: the next round tries again.
   return { limits: mergeLimits(declared, override ?? undefined), rows: [], room: Infinity, asked: 0, rateFreesInMs: STALE_RETRY_MS };
