@@ -105,6 +105,8 @@ export class ClaimConnection {
     };
     if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) {
       const client = await this.pool().connect();
+      const lost = () => undefined; // told as the query's rejection too
+      client.on('error', lost);
       try {
         const rows = await send(client, `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`);
         client.release();
@@ -112,6 +114,8 @@ export class ClaimConnection {
       } catch (error) {
         client.release(error instanceof Error ? error : true); // destroyed: it may still be in the transaction
         throw error;
+      } finally {
+        client.off('error', lost);
       }
     }
     const client = await this.kept();
