@@ -26,7 +26,7 @@ describe('claim transactions', () => {
     await db.drop();
   });
 
-  it('are READ COMMITTED on a database whose default is REPEATABLE READ, on every path', async () => {
+  it('are READ COMMITTED on a database whose default is REPEATABLE READ, on every path, in one message too', async () => {
     const isolation = async (max: number, pooled: boolean) => {
       const pool = new Pool({ connectionString: db.url, max });
       pools.push(pool);
@@ -34,13 +34,16 @@ describe('claim transactions', () => {
       const read = `select current_setting('transaction_isolation') as level`;
       // the opening (sent with the begin: a limited claim's lock) and a statement after it
       const [opened, after] = await claims.transaction<{ level: string }, { level: string }>(read, async (client, rows) => [...rows, ...(await client.query<{ level: string }>(read)).rows]);
+      // a message of several statements (a rate-limited claim): begin, the lock, the claim, commit
+      const [inMessage] = await claims.oneMessage<{ level: string }>(() => [`select 1`, read]);
       const [{ level }] = (await pool.query(`select current_setting('transaction_isolation') as level`)).rows;
       await claims.close();
-      return [opened.level, after.level, level];
+      return [opened.level, after.level, inMessage.level, level];
     };
-    // [in the claim's transaction: its opening, then a statement; the database's default]
-    assert.deepEqual(await isolation(10, false), ['read committed', 'read committed', 'repeatable read'], 'the kept connection');
-    assert.deepEqual(await isolation(10, true), ['read committed', 'read committed', 'repeatable read'], 'through a pooler');
-    assert.deepEqual(await isolation(2, false), ['read committed', 'read committed', 'repeatable read'], 'a small pool');
+    // [in the claim's transaction: its opening, then a statement; in one message; the database's default]
+    const claimed = ['read committed', 'read committed', 'read committed', 'repeatable read'];
+    assert.deepEqual(await isolation(10, false), claimed, 'the kept connection');
+    assert.deepEqual(await isolation(10, true), claimed, 'through a pooler');
+    assert.deepEqual(await isolation(2, false), claimed, 'a small pool');
   });
 });
