@@ -9,7 +9,7 @@
  */
 
 import { claimStatement } from './claim';
-import { freesInMs, heldOfTask, rateWindow, staleRateClaim } from './limits';
+import { freesInMs, heldOfTask, rateWindow, staleRateClaim, storedLimitsOf } from './limits';
 
 const task = '($1::text[])[1]';
 
@@ -43,7 +43,7 @@ export function createCountedClaimQueries(s: string) {
           coalesce((select sum(started) from rate_window), 0)::int as started,
           $8::bigint is not null and ${staleRateClaim} as stale
       ),
-      stored as (select (select l.limits from ${s}.task_limits l where l.task_identifier = ${task}) as limits),
+      stored as (select ${storedLimitsOf(s, task)} as limits),
       asked as (
         select c.held, c.stale, (select limits from stored) is distinct from $11::jsonb as limits_changed, case when c.stale or (select limits from stored) is distinct from $11::jsonb then 0
           else greatest(0, least($3::int, coalesce($7::int - c.held, $3::int), coalesce($9::int - c.started, $3::int))) end::int as n

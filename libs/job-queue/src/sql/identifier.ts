@@ -39,5 +39,5 @@ export function eventsChannel(schema: string): string {
  * library's other advisory locks.
  */
 export function advisoryLockClass(s: string, purpose: string): string {
-  return `hashtext('${s.replace(/'/g, "''")}:${purpose}')`;
+  return `hashtext(${quoteLiteral(`${s}:${purpose}`)})`;
 }

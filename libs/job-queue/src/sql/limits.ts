@@ -63,6 +63,9 @@ export const heldOfTask = (s: string, task: string, worker: string, unwritten: s
   `((select coalesce(sum(l.slots), 0) from ${s}.task_slots l where l.task_identifier = ${task})
     + (${unleasedHeld(s, task, notFinishedBy(worker, unwritten))}))::int`;
 
+/** The limits setTaskLimits stored for task `task` (task_limits.limits: what they override), null for none. */
+export const storedLimitsOf = (s: string, task: string) => `(select l.limits from ${s}.task_limits l where l.task_identifier = ${task})`;
+
 /** A rate-limited claim whose transaction began too long ago counts nothing: its window could reach starts deleted since. */
 export const staleRateClaim = `clock_timestamp() - now() > ${RATE_CLAIM_MAX_AGE}`;
 
@@ -86,7 +89,7 @@ export function createLimitQueries(s: string, tell: string) {
      * (worker/claim-connection.ts).
      */
     lockTaskLimitOf: (task: string) => `select pg_advisory_xact_lock(${lockClass}, hashtext(${quoteLiteral(task)}))::text as locked,
-      (select l.limits from ${s}.task_limits l where l.task_identifier = ${quoteLiteral(task)}) as override`,
+      ${storedLimitsOf(s, quoteLiteral(task))} as override`,
 
     /**
      * $1 task, $2 its rate's window in ms and $3 its max (null, null without a rate), $4 the

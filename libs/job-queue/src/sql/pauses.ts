@@ -8,6 +8,8 @@
  * jobs channel.
  */
 
+import { quoteLiteral } from './identifier';
+
 /**
  * The payload on the jobs channel that tells workers the controls changed: the pauses, or the
  * task limits set at run time (sql/limits.ts). 'paused' since the first release with pauses,
@@ -16,7 +18,7 @@
 export const CONTROLS_CHANGED = 'paused';
 
 /** The notification that the controls changed, as a select for a statement's CTE. */
-export const tellControlsChanged = (channel: string) => `select pg_notify('${channel.replace(/'/g, "''")}', '${CONTROLS_CHANGED}')`;
+export const tellControlsChanged = (channel: string) => `select pg_notify(${quoteLiteral(channel)}, ${quoteLiteral(CONTROLS_CHANGED)})`;
 
 /** Row `p` of `pauses` is in force (a hold whose `until` has passed is not). */
 const inForce = (p: string) => `(${p}.until is null or ${p}.until > now())`;

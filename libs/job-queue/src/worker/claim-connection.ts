@@ -1,4 +1,5 @@
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
+import { isResultTypeChanged } from '../db/job-queue-database';
 import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
 
 /**
@@ -32,6 +33,8 @@ export const CLAIM_SESSION_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name,
  */
 const BEGIN = 'begin isolation level read committed';
 const CLAIM_LOCAL_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) => `set local ${name} = ${value}`).join('; ');
+/** A claim's begin where the session has not the settings: with them local to its transaction. */
+const LOCAL_BEGIN = `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`;
 
 /** The application_name of a worker's claim connection, as pg_stat_activity shows it: with the process id. */
 export const CLAIMS_APPLICATION_NAME = `nestjs-job-queue claims ${process.pid}`;
@@ -59,35 +62,18 @@ export class ClaimConnection {
   ) {}
 
   /** Runs `claim` (one statement) on a connection with the claim settings. */
-  async run<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
-    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction('', claim);
-    const client = await this.kept();
-    try {
-      if (this.pooled) return await this.transactionOn(client, `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`, '', claim);
-      return await claim(client);
-    } catch (error) {
-      this.drop(client, error);
-      throw error;
-    }
+  run<Row>(claim: (client: PoolClient) => Promise<Row[]>): Promise<Row[]> {
+    return this.onConnection((client, begin) => (begin === BEGIN ? claim(client) : this.transactionOn(client, begin, '', claim)));
   }
 
   /**
    * Runs `claim` (several statements: a limited task's claim, worker/limited-claim.ts) in one
-   * transaction on a connection with the claim settings: the kept one (begin … commit; through a
-   * pooler with the settings local to it), or one of its own on a small pool. `opening` (one
-   * statement without parameters: the task's lock) is sent with the begin, in the same round
-   * trip, and `claim` gets its rows. A failure destroys the connection, which may still be in
-   * the transaction.
+   * transaction on a connection with the claim settings. `opening` (one statement without
+   * parameters: the task's lock) is sent with the begin, in the same round trip, and `claim`
+   * gets its rows.
    */
-  async transaction<Row, Opened extends QueryResultRow>(opening: string, claim: (client: PoolClient, opened: Opened[]) => Promise<Row[]>): Promise<Row[]> {
-    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return this.runInTransaction(opening, claim);
-    const client = await this.kept();
-    try {
-      return await this.transactionOn(client, this.pooled ? `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}` : BEGIN, opening, claim);
-    } catch (error) {
-      this.drop(client, error);
-      throw error;
-    }
+  transaction<Row, Opened extends QueryResultRow>(opening: string, claim: (client: PoolClient, opened: Opened[]) => Promise<Row[]>): Promise<Row[]> {
+    return this.onConnection((client, begin) => this.transactionOn(client, begin, opening, claim));
   }
 
   /**
@@ -95,24 +81,37 @@ export class ClaimConnection {
    * one message, on a connection with the claim settings: begin, the statements, commit, in one
    * round trip, each statement with a snapshot of its own. Returns the last statement's rows.
    * A limited task's claim holds the task's lock from the statement that takes it to the
-   * commit: in one message that is the server's time alone, not the round trips between.
+   * commit: in one message that is the server's time alone, not the round trips between. A
+   * statement prepared before a migration changed what it returns fails once: its connection is
+   * gone, and the message goes again on a new one, where it is prepared anew.
    */
   async oneMessage<Row extends QueryResultRow>(statements: (client: PoolClient) => string[]): Promise<Row[]> {
-    const send = async (client: PoolClient, begin: string) => {
-      const results = (await client.query([begin, ...statements(client), 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
-      if (!Array.isArray(results) || results.length < 3) throw new Error('a claim message of several statements was answered as one');
-      return results[results.length - 2].rows;
-    };
+    const send = () =>
+      this.onConnection(async (client, begin) => {
+        const results = (await client.query([begin, ...statements(client), 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
+        if (!Array.isArray(results) || results.length < 3) throw new Error('a claim message of several statements was answered as one');
+        return results[results.length - 2].rows;
+      });
+    return send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
+  }
+
+  /**
+   * Runs `work` on the kept connection, or on a small pool on one of its own, given the begin of
+   * a transaction there: BEGIN where the session has the claim settings, else with them local to
+   * the transaction (a small pool, a pooler). A failure destroys the connection, which may still
+   * be in a transaction.
+   */
+  private async onConnection<T>(work: (client: PoolClient, begin: string) => Promise<T>): Promise<T> {
     if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) {
       const client = await this.pool().connect();
-      const lost = () => undefined; // told as the query's rejection too
+      const lost = () => undefined; // told as the query's rejection too (unheard, the event would be thrown)
       client.on('error', lost);
       try {
-        const rows = await send(client, `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`);
+        const result = await work(client, LOCAL_BEGIN);
         client.release();
-        return rows;
+        return result;
       } catch (error) {
-        client.release(error instanceof Error ? error : true); // destroyed: it may still be in the transaction
+        client.release(error instanceof Error ? error : true);
         throw error;
       } finally {
         client.off('error', lost);
@@ -120,14 +119,14 @@ export class ClaimConnection {
     }
     const client = await this.kept();
     try {
-      return await send(client, this.pooled ? `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}` : BEGIN);
+      return await work(client, this.pooled ? LOCAL_BEGIN : BEGIN);
     } catch (error) {
       this.drop(client, error);
       throw error;
     }
   }
 
-  /** The claim in a transaction begun by `begin`; a failure leaves the connection to be destroyed by the caller. */
+  /** The claim in a transaction begun by `begin`, `opening` sent with it (none: ''). */
   private async transactionOn<Row, Opened extends QueryResultRow>(
     client: PoolClient,
     begin: string,
@@ -139,18 +138,6 @@ export class ClaimConnection {
     const rows = await claim(client, opening && Array.isArray(results) ? results[results.length - 1].rows : []);
     await client.query('commit');
     return rows;
-  }
-
-  private async runInTransaction<Row, Opened extends QueryResultRow>(opening: string, claim: (client: PoolClient, opened: Opened[]) => Promise<Row[]>): Promise<Row[]> {
-    const client = await this.pool().connect();
-    try {
-      const rows = await this.transactionOn(client, `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`, opening, claim);
-      client.release();
-      return rows;
-    } catch (error) {
-      client.release(error instanceof Error ? error : true); // destroyed: it may still be in the transaction
-      throw error;
-    }
   }
 
   private kept(): Promise<PoolClient> {

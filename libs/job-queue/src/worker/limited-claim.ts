@@ -1,6 +1,6 @@
 import { isGrouped, isRated, mergeLimits, type EffectiveLimits, type StoredLimits } from '../core/limits';
 import type { PoolClient } from 'pg';
-import { isResultTypeChanged, type JobQueueDatabase } from '../db/job-queue-database';
+import type { JobQueueDatabase } from '../db/job-queue-database';
 import { CLAIM_COUNTED_TYPES } from '../sql/counted-claim';
 import type { ClaimConnection } from './claim-connection';
 import type { ClaimedRow } from './claimed-job';
@@ -111,9 +111,7 @@ async function claimCounted(db: JobQueueDatabase, claims: ClaimConnection, task:
     const window = limits.rate ? [limits.rate.perMs, limits.rate.max] : [null, null];
     const wanted = rated ? Math.min(args.free, args.room) : args.room;
     const values = [[task], args.forbidden, wanted, args.workerId, args.free, args.pausedQueues, limits.concurrency ?? null, ...window, args.unwritten, override && JSON.stringify(override)];
-    const send = () => claims.oneMessage<CountedRow>((client) => [db.sql.lockTaskLimitOf(task), ...db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values)]);
-    // Prepared before a migration changed what it returns: its connection is gone; prepared again on the next.
-    const counted = await send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
+    const counted = await claims.oneMessage<CountedRow>((client) => [db.sql.lockTaskLimitOf(task), ...db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values)]);
     const [first] = counted;
     if (first.limits_changed) {
       override = first.override;
