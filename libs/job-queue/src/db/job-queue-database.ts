@@ -11,7 +11,7 @@ import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { DirectPool } from './direct-pool';
 import { inlineParameters, type InlineValue } from './inline-parameters';
-import { executePrepared } from './sql-prepared';
+import { executePrepared, isResultTypeChanged } from './sql-prepared';
 import { migrateBesidePooler } from './pooled-migrations';
 import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatementClash, transactionPoolerFound } from './pooler-check';
 
@@ -195,10 +195,4 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
       return undefined;
     }
   }
-}
-
-/** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */
-export function isResultTypeChanged(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: string; message?: string };
-  return code === '0A000' && /cached plan must not change result type/.test(message ?? '');
 }

@@ -24,3 +24,9 @@ export function executePrepared(client: ClientBase, schema: string, statement: s
   prepared.add(name);
   return [`prepare ${name} (${types.join(', ')}) as ${text}`, execute];
 }
+
+/** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */
+export function isResultTypeChanged(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string };
+  return code === '0A000' && /cached plan must not change result type/.test(message ?? '');
+}

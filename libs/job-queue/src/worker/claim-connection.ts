@@ -1,5 +1,5 @@
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
-import { isResultTypeChanged } from '../db/job-queue-database';
+import { isResultTypeChanged } from '../db/sql-prepared';
 import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
 
 /**
@@ -82,8 +82,10 @@ export class ClaimConnection {
    * round trip, each statement with a snapshot of its own. Returns the last statement's rows.
    * A limited task's claim holds the task's lock from the statement that takes it to the
    * commit: in one message that is the server's time alone, not the round trips between. A
-   * statement prepared before a migration changed what it returns fails once: its connection is
-   * gone, and the message goes again on a new one, where it is prepared anew.
+   * statement prepared before a migration changed what it returns fails: its connection is
+   * destroyed, and the message goes once more on another (the kept connection's successor
+   * prepares it anew; on a small pool another connection that prepared it may fail too, and is
+   * destroyed in turn).
    */
   async oneMessage<Row extends QueryResultRow>(statements: (client: PoolClient) => string[]): Promise<Row[]> {
     const send = () =>
