@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Pool } from 'pg';
+import { executePrepared } from '../../libs/job-queue/src/db/sql-prepared';
 import { ClaimConnection } from '../../libs/job-queue/src/worker/claim-connection';
 import { connect, createTestDatabase } from '../support/database';
 
@@ -35,7 +36,7 @@ describe('claim transactions', () => {
       // the opening (sent with the begin: a limited claim's lock) and a statement after it
       const [opened, after] = await claims.transaction<{ level: string }, { level: string }>(read, async (client, rows) => [...rows, ...(await client.query<{ level: string }>(read)).rows]);
       // a message of several statements (a rate-limited claim): begin, the lock, the claim, commit
-      const [inMessage] = await claims.oneMessage<{ level: string }>(() => [`select 1`, read]);
+      const [inMessage] = await claims.oneMessage<{ level: string }>(() => ({ statements: [`select 1`, read] }));
       const [{ level }] = (await pool.query(`select current_setting('transaction_isolation') as level`)).rows;
       await claims.close();
       return [opened.level, after.level, inMessage.level, level];
@@ -45,5 +46,31 @@ describe('claim transactions', () => {
     assert.deepEqual(await isolation(10, false), claimed, 'the kept connection');
     assert.deepEqual(await isolation(10, true), claimed, 'through a pooler');
     assert.deepEqual(await isolation(2, false), claimed, 'a small pool');
+  });
+
+  it('send a statement\'s PREPARE and planning (executePrepared) before the message, in a transaction of their own, once per connection, the plan generic', async () => {
+    const prepared = async (max: number) => {
+      const pool = new Pool({ connectionString: db.url, max });
+      pools.push(pool);
+      const claims = new ClaimConnection(() => pool);
+      // After the EXECUTE, in the message's transaction: how often the statement was planned, which way, and whether its PREPARE came before this transaction began.
+      const seen = `select generic_plans::int as generic, custom_plans::int as custom, prepare_time < now() as before_begin
+        from pg_prepared_statements where name like 'jq_sql_planned_%'`;
+      const claim = (n: number) => async () => {
+        const rows = await claims.oneMessage<{ generic: number; custom: number; before_begin: boolean }>((client) => {
+          const { preparation, execute } = executePrepared(client, 'test', 'planned', 'select $1::int + 1 as n', ['int'], [n]);
+          return { preparation, statements: [execute, seen] };
+        });
+        return rows.map(({ generic, custom, before_begin }) => ({ generic, custom, before_begin }));
+      };
+      const claims1 = await claim(1)();
+      const claims2 = await claim(2)();
+      await claims.close();
+      return [claims1, claims2];
+    };
+    // Planned by the EXPLAIN, generic, before the first message; that plan executed by each message, never planned again.
+    const expected = [[{ generic: 2, custom: 0, before_begin: true }], [{ generic: 3, custom: 0, before_begin: true }]];
+    assert.deepEqual(await prepared(10), expected, 'the kept connection');
+    assert.deepEqual(await prepared(1), expected, 'a small pool (the settings local to each transaction)');
   });
 });

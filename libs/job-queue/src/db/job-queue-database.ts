@@ -11,7 +11,7 @@ import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { DirectPool } from './direct-pool';
 import { inlineParameters, type InlineValue } from './inline-parameters';
-import { executePrepared, isResultTypeChanged } from './sql-prepared';
+import { executePrepared, isResultTypeChanged, type MessageStatement } from './sql-prepared';
 import { migrateBesidePooler } from './pooled-migrations';
 import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatementClash, transactionPoolerFound } from './pooler-check';
 
@@ -126,14 +126,15 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   }
 
   /**
-   * Statement `statement` with `values` (of SQL `types`), as statements to send in a message of
+   * Statement `statement` with `values` (of SQL `types`), as a statement to send in a message of
    * several, which takes no parameters (worker/claim-connection.ts oneMessage): an EXECUTE of it
-   * prepared on `client` by SQL PREPARE (db/sql-prepared.ts; its plan kept as runOn keeps one);
-   * through a transaction-mode pooler, which keeps no SQL PREPARE from one transaction to the
-   * next whatever `preparedStatements` says, its text with the values written in.
+   * prepared on `client` by SQL PREPARE, the first time with its PREPARE and planning to send
+   * before (db/sql-prepared.ts; its plan kept as runOn keeps one); through a transaction-mode
+   * pooler, which keeps no SQL PREPARE from one transaction to the next whatever
+   * `preparedStatements` says, its text with the values written in.
    */
-  inMessage(client: ClientBase, statement: Statement, types: readonly string[], values: readonly InlineValue[]): string[] {
-    if (this.options.transactionPooling && !this.direct?.has(client)) return [inlineParameters(this.sql[statement], values)];
+  inMessage(client: ClientBase, statement: Statement, types: readonly string[], values: readonly InlineValue[]): MessageStatement {
+    if (this.options.transactionPooling && !this.direct?.has(client)) return { execute: inlineParameters(this.sql[statement], values) };
     return executePrepared(client, this.options.schema, statement, this.sql[statement], types, values);
   }
 

@@ -36,6 +36,12 @@ const CLAIM_LOCAL_SETTINGS = Object.entries(CLAIM_SETTINGS).map(([name, value]) 
 /** A claim's begin where the session has not the settings: with them local to its transaction. */
 const LOCAL_BEGIN = `${BEGIN}; ${CLAIM_LOCAL_SETTINGS}`;
 
+/** A claim in one message (ClaimConnection.oneMessage): its statements, and what the connection needs first (db/sql-prepared.ts MessageStatement). */
+export interface ClaimMessage {
+  preparation?: string;
+  statements: string[];
+}
+
 /** The application_name of a worker's claim connection, as pg_stat_activity shows it: with the process id. */
 export const CLAIMS_APPLICATION_NAME = `nestjs-job-queue claims ${process.pid}`;
 
@@ -77,20 +83,24 @@ export class ClaimConnection {
   }
 
   /**
-   * Runs `statements` (without parameters: JobQueueDatabase.inMessage) in one transaction sent as
-   * one message, on a connection with the claim settings: begin, the statements, commit, in one
-   * round trip, each statement with a snapshot of its own. Returns the last statement's rows.
-   * A limited task's claim holds the task's lock from the statement that takes it to the
-   * commit: in one message that is the server's time alone, not the round trips between. A
-   * statement prepared before a migration changed what it returns fails: its connection is
-   * destroyed, and the message goes once more on another (the kept connection's successor
-   * prepares it anew; on a small pool another connection that prepared it may fail too, and is
-   * destroyed in turn).
+   * Runs `message`'s statements (without parameters: JobQueueDatabase.inMessage) in one
+   * transaction sent as one message, on a connection with the claim settings: begin, the
+   * statements, commit, in one round trip, each statement with a snapshot of its own. Returns
+   * the last statement's rows. A limited task's claim holds the task's lock from the statement
+   * that takes it to the commit: in one message that is the server's time alone, not the round
+   * trips between. What the connection must have first (`preparation`: a statement's PREPARE
+   * and its planning, once per connection) goes before, in a transaction of its own, so that
+   * neither the lock nor the claim's begin waits for it. A statement prepared before a
+   * migration changed what it returns fails: its connection is destroyed, and the message goes
+   * once more on another (the kept connection's successor prepares it anew; on a small pool
+   * another connection that prepared it may fail too, and is destroyed in turn).
    */
-  async oneMessage<Row extends QueryResultRow>(statements: (client: PoolClient) => string[]): Promise<Row[]> {
+  async oneMessage<Row extends QueryResultRow>(message: (client: PoolClient) => ClaimMessage): Promise<Row[]> {
     const send = () =>
       this.onConnection(async (client, begin) => {
-        const results = (await client.query([begin, ...statements(client), 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
+        const { preparation, statements } = message(client);
+        if (preparation) await client.query(`${begin}; ${preparation}; commit`);
+        const results = (await client.query([begin, ...statements, 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
         if (!Array.isArray(results) || results.length < 3) throw new Error('a claim message of several statements was answered as one');
         return results[results.length - 2].rows;
       });

@@ -111,7 +111,10 @@ async function claimCounted(db: JobQueueDatabase, claims: ClaimConnection, task:
     const window = limits.rate ? [limits.rate.perMs, limits.rate.max] : [null, null];
     const wanted = rated ? Math.min(args.free, args.room) : args.room;
     const values = [[task], args.forbidden, wanted, args.workerId, args.free, args.pausedQueues, limits.concurrency ?? null, ...window, args.unwritten, override && JSON.stringify(override)];
-    const counted = await claims.oneMessage<CountedRow>((client) => [db.sql.lockTaskLimitOf(task), ...db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values)]);
+    const counted = await claims.oneMessage<CountedRow>((client) => {
+      const { preparation, execute } = db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values);
+      return { preparation, statements: [db.sql.lockTaskLimitOf(task), execute] };
+    });
     const [first] = counted;
     if (first.limits_changed) {
       override = first.override;
