@@ -10,7 +10,9 @@ import { connect, createTestDatabase } from '../support/database';
  * task's lock: at REPEATABLE READ that count would read the snapshot taken before the wait, and
  * the limit could be exceeded. So a claim's transaction is READ COMMITTED whatever the
  * database's default, on each of ClaimConnection's paths: the kept connection, the one through a
- * pooler (settings local to the transaction), and a small pool's connection of its own.
+ * pooler (settings local to the transaction), and a small pool's connection of its own. A
+ * rate-limited claim's statement is prepared and planned before its first message, not under
+ * the task's lock (through a pooler it is written in whole and never prepared).
  */
 describe('claim transactions', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -53,22 +55,19 @@ describe('claim transactions', () => {
       const pool = new Pool({ connectionString: db.url, max });
       pools.push(pool);
       const claims = new ClaimConnection(() => pool);
-      // After the EXECUTE, in the message's transaction: how often the statement was planned, which way, and whether its PREPARE came before this transaction began.
+      // After the EXECUTE, in the message's transaction: how often a generic and a custom plan were used, and whether the PREPARE came before this transaction began.
       const seen = `select generic_plans::int as generic, custom_plans::int as custom, prepare_time < now() as before_begin
         from pg_prepared_statements where name like 'jq_sql_planned_%'`;
-      const claim = (n: number) => async () => {
-        const rows = await claims.oneMessage<{ generic: number; custom: number; before_begin: boolean }>((client) => {
-          const { preparation, execute } = executePrepared(client, 'test', 'planned', 'select $1::int + 1 as n', ['int'], [n]);
-          return { preparation, statements: [execute, seen] };
+      const claim = (n: number) =>
+        claims.oneMessage<{ generic: number; custom: number; before_begin: boolean }>((client) => {
+          const { preparation, statement } = executePrepared(client, 'test', 'planned', 'select $1::int + 1 as n', ['int'], [n]);
+          return { preparation, statements: [statement, seen] };
         });
-        return rows.map(({ generic, custom, before_begin }) => ({ generic, custom, before_begin }));
-      };
-      const claims1 = await claim(1)();
-      const claims2 = await claim(2)();
+      const claimed = [await claim(1), await claim(2)];
       await claims.close();
-      return [claims1, claims2];
+      return claimed.map((rows) => rows.map(({ generic, custom, before_begin }) => ({ generic, custom, before_begin })));
     };
-    // Planned by the EXPLAIN, generic, before the first message; that plan executed by each message, never planned again.
+    // The EXPLAIN used a generic plan, before the first message began; each message used it again, and no custom plan was ever made.
     const expected = [[{ generic: 2, custom: 0, before_begin: true }], [{ generic: 3, custom: 0, before_begin: true }]];
     assert.deepEqual(await prepared(10), expected, 'the kept connection');
     assert.deepEqual(await prepared(1), expected, 'a small pool (the settings local to each transaction)');

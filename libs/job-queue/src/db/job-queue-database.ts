@@ -128,13 +128,13 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   /**
    * Statement `statement` with `values` (of SQL `types`), as a statement to send in a message of
    * several, which takes no parameters (worker/claim-connection.ts oneMessage): an EXECUTE of it
-   * prepared on `client` by SQL PREPARE, the first time with its PREPARE and planning to send
-   * before (db/sql-prepared.ts; its plan kept as runOn keeps one); through a transaction-mode
+   * prepared on `client` by SQL PREPARE, its PREPARE and planning sent first, once per
+   * connection (db/sql-prepared.ts; its plan kept as runOn keeps one); through a transaction-mode
    * pooler, which keeps no SQL PREPARE from one transaction to the next whatever
    * `preparedStatements` says, its text with the values written in.
    */
   inMessage(client: ClientBase, statement: Statement, types: readonly string[], values: readonly InlineValue[]): MessageStatement {
-    if (this.options.transactionPooling && !this.direct?.has(client)) return { execute: inlineParameters(this.sql[statement], values) };
+    if (this.options.transactionPooling && !this.direct?.has(client)) return { statement: inlineParameters(this.sql[statement], values) };
     return executePrepared(client, this.options.schema, statement, this.sql[statement], types, values);
   }
 

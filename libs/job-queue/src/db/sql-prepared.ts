@@ -9,35 +9,32 @@ import { sqlLiteral, type InlineValue } from './inline-parameters';
  */
 const preparedOn = new WeakMap<ClientBase, Set<string>>();
 
-/**
- * A statement for a message of several (which takes no parameters): what to send in it, and
- * what must reach the connection first, in a transaction of its own (none once it has).
- */
+/** A statement for a message of several (which takes no parameters), and what must reach its connection first, once. */
 export interface MessageStatement {
-  /** The statement's SQL PREPARE and the making of its plan (an EXPLAIN of the EXECUTE), the first time on a connection. */
+  /** The statement's SQL PREPARE and an EXPLAIN of its EXECUTE (its planning), the first time on a connection: sent first, in a transaction of its own. */
   preparation?: string;
-  execute: string;
+  /** What the message carries: the EXECUTE, or through a pooler the statement written in whole. */
+  statement: string;
 }
 
 /**
  * A statement as a statement of a message of several: an EXECUTE of it, prepared on `client`
  * by SQL PREPARE with its parameters' SQL `types` the first time, when the PREPARE and an
- * EXPLAIN of the EXECUTE go first (`preparation`). The EXPLAIN plans the statement: under
- * `plan_cache_mode = force_generic_plan` (the claim connection's settings) it keeps the generic
- * plan it made, so that the first EXECUTE does not plan. A rate-limited claim's first EXECUTE
- * would plan under its task's lock, after the begin whose time it records as the start
- * (15 ms on a quiet server, 50–100 ms as workers start together: every process's claims of the
- * task waited behind it). Its name is short and lower-case (PostgreSQL folds and cuts
- * identifiers at 63 bytes), the schema's hash in it, apart from node-pg's named statements.
+ * EXPLAIN of the EXECUTE go first (`preparation`, worker/claim-connection.ts oneMessage). The
+ * EXPLAIN plans it and, sent under the claim settings (`plan_cache_mode = force_generic_plan`,
+ * after their begin), keeps the generic plan, so that the message's EXECUTE does not plan (an
+ * ANALYZE of a table it reads makes it plan once more). Its name is short and lower-case
+ * (PostgreSQL folds and cuts identifiers at 63 bytes), the schema's hash in it, apart from
+ * node-pg's named statements.
  */
 export function executePrepared(client: ClientBase, schema: string, statement: string, text: string, types: readonly string[], values: readonly InlineValue[]): MessageStatement {
   const name = `jq_sql_${statement.toLowerCase()}_${createHash('sha1').update(schema).digest('hex').slice(0, 10)}`;
   const execute = `execute ${name}(${values.map(sqlLiteral).join(', ')})`;
   const prepared = preparedOn.get(client) ?? new Set<string>();
   preparedOn.set(client, prepared);
-  if (prepared.has(name)) return { execute };
+  if (prepared.has(name)) return { statement: execute };
   prepared.add(name);
-  return { preparation: `prepare ${name} (${types.join(', ')}) as ${text}; explain ${execute}`, execute };
+  return { preparation: `prepare ${name} (${types.join(', ')}) as ${text}; explain ${execute}`, statement: execute };
 }
 
 /** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */

@@ -112,8 +112,8 @@ async function claimCounted(db: JobQueueDatabase, claims: ClaimConnection, task:
     const wanted = rated ? Math.min(args.free, args.room) : args.room;
     const values = [[task], args.forbidden, wanted, args.workerId, args.free, args.pausedQueues, limits.concurrency ?? null, ...window, args.unwritten, override && JSON.stringify(override)];
     const counted = await claims.oneMessage<CountedRow>((client) => {
-      const { preparation, execute } = db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values);
-      return { preparation, statements: [db.sql.lockTaskLimitOf(task), execute] };
+      const { preparation, statement } = db.inMessage(client, 'claimCountedJobs', CLAIM_COUNTED_TYPES, values);
+      return { preparation, statements: [db.sql.lockTaskLimitOf(task), statement] };
     });
     const [first] = counted;
     if (first.limits_changed) {
