@@ -12,6 +12,7 @@ import { createPausesMigration } from './1764600000000-pauses';
 import { createSchedulesMigration } from './1764700000000-schedules';
 import { createTaskLimitsMigration } from './1764800000000-task-limits';
 import { createJobGroupsMigration } from './1764900000000-job-groups';
+import { createTaskFetchIndexMigration } from './1765000000000-task-fetch-index';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -36,5 +37,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createSchedulesMigration(schema),
     createTaskLimitsMigration(schema),
     createJobGroupsMigration(schema),
+    createTaskFetchIndexMigration(schema),
   ];
 }

@@ -60,7 +60,7 @@ describe('upgrading to migration 5 while workers of the previous version run', (
       sleeps.map((id) => ({ id, locked_by: old.workerId })),
       `the old worker still ran its sleeps when the migration was done (SLEEP_MS too short?)`,
     );
-    assert.deepEqual(await jobsIndexes(), ['jobs_fetch_queued_idx', 'jobs_fetch_unqueued_idx', 'jobs_flow_idx', 'jobs_group_fetch_idx', 'jobs_key_idx', 'jobs_leftover_idx', 'jobs_locked_by_idx', 'jobs_pkey', 'jobs_queue_order_idx', 'jobs_retrying_idx', 'jobs_scheduled_idx']);
+    assert.deepEqual(await jobsIndexes(), ['jobs_fetch_queued_idx', 'jobs_fetch_unqueued_idx', 'jobs_flow_idx', 'jobs_group_fetch_idx', 'jobs_key_idx', 'jobs_leftover_idx', 'jobs_locked_by_idx', 'jobs_pkey', 'jobs_queue_order_idx', 'jobs_retrying_idx', 'jobs_scheduled_idx', 'jobs_task_fetch_idx']);
     assert.deepEqual(await q(`select indexrelid::regclass::text as index from pg_index where not indisvalid`), [], 'no index left invalid');
     assert.deepEqual(newLogs, [], 'the new app neither warned nor erred while it migrated');
 

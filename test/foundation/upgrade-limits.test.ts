@@ -12,6 +12,7 @@ const MIGRATIONS = [
   'Schedules1764700000000',
   'TaskLimits1764800000000',
   'JobGroups1764900000000',
+  'TaskFetchIndex1765000000000',
 ];
 
 /** The new version's `hold`, limited as the test says, and `marker`. */

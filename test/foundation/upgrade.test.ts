@@ -171,7 +171,7 @@ describe('upgrading a populated database while workers of the previous version r
       newColumns: ['cancel_reason', 'cancel_requested_at', 'errors', 'progress'],
       newTables: ['finished_counts', 'finished_jobs'],
       newFunctions: ['cancel_job', 'retry_jobs'],
-      jobsIndexes: ['jobs_fetch_queued_idx', 'jobs_fetch_unqueued_idx', 'jobs_flow_idx', 'jobs_group_fetch_idx', 'jobs_key_idx', 'jobs_leftover_idx', 'jobs_locked_by_idx', 'jobs_pkey', 'jobs_queue_order_idx', 'jobs_retrying_idx', 'jobs_scheduled_idx'],
+      jobsIndexes: ['jobs_fetch_queued_idx', 'jobs_fetch_unqueued_idx', 'jobs_flow_idx', 'jobs_group_fetch_idx', 'jobs_key_idx', 'jobs_leftover_idx', 'jobs_locked_by_idx', 'jobs_pkey', 'jobs_queue_order_idx', 'jobs_retrying_idx', 'jobs_scheduled_idx', 'jobs_task_fetch_idx'],
       invalidIndexes: [],
     });
     assert.deepEqual(await q(SNAPSHOT, [scheduled]), scheduledBefore, 'the migration left the waiting jobs as they were');

@@ -36,6 +36,8 @@ export const FLOWS_VERSION = '1572e48';
 export const SCHEDULES_VERSION = '55a4e3d';
 /** The last commit before migration JobGroups1764900000000 (it has every migration through TaskLimits1764800000000). */
 export const LIMITS_VERSION = '3209aae';
+/** The last commit before migration TaskFetchIndex1765000000000 (it has every migration through JobGroups1764900000000). */
+export const GROUPS_VERSION = 'd34684f';
 /** The migrations FLOWS_VERSION knows, as its library lists them. */
 export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
   'CreateJobTables1763700000000',

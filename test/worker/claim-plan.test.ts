@@ -42,13 +42,13 @@ describe('the claim plan', () => {
   }
 
   /** One claim of CLAIM_SIZE for plan-worker, prepared, under the claim connection's settings; its plan and the ids it claimed (rolled back). */
-  async function claim(planMode: 'force_custom_plan' | 'force_generic_plan', pausedQueues = '{}'): Promise<{ plan: PlanNode; claimed: string[] }> {
+  async function claim(planMode: 'force_custom_plan' | 'force_generic_plan', pausedQueues = '{}', tasks = '{work}'): Promise<{ plan: PlanNode; claimed: string[] }> {
     await sql.query('begin');
     try {
       await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
       await sql.query(`set local plan_cache_mode = ${planMode}`);
       await sql.query(`prepare claim(${PARAMETER_TYPES.join(', ')}) as ${createQueries('job_queue').claimJobs}`);
-      const { rows } = await sql.query(`explain (analyze, format json) execute claim('{work}', '{}', ${CLAIM_SIZE}, 'plan-worker', 10, '${pausedQueues}')`);
+      const { rows } = await sql.query(`explain (analyze, format json) execute claim('${tasks}', '{}', ${CLAIM_SIZE}, 'plan-worker', 10, '${pausedQueues}')`);
       const plan = rows[0]['QUERY PLAN'][0].Plan as PlanNode;
       const { rows: claimed } = await sql.query<{ id: string }>(`select id::text from job_queue.jobs where locked_by = 'plan-worker' order by priority, run_at, id`);
       return { plan, claimed: claimed.map((r) => r.id) };
@@ -158,23 +158,43 @@ describe('the claim plan', () => {
         assert.deepEqual(claimed, expected.map((r) => r.id), 'the unqueued jobs in order; nothing of the paused queue');
       });
 
-      it(
-        `never walks the backlog of a task it leaves out (paused, or over its limit): 20,000 of its jobs ahead of the rest (${label})`,
-        { todo: 'known gap: the walk of jobs_fetch_unqueued_idx reads every job ahead whose task is not in $1 (docs/maintainers.md, "Issue 27\'s rate line")' },
-        async () => {
-          await reset(statistics);
-          const ahead = (minutes: number) => `now() - interval '${minutes} minutes' + g * interval '1 millisecond'`;
-          await sql.query(`insert into job_queue.jobs (task_identifier, run_at) select 'paused_task', ${ahead(60)} from generate_series(1, 20000) g`);
-          await sql.query(`insert into job_queue.jobs (task_identifier, run_at) select 'work', ${ahead(30)} from generate_series(1, 1000) g`);
-          await settle(statistics);
-          const { plan, claimed } = await claim(planMode);
-          const { rows: expected } = await sql.query<{ id: string }>(`
-            select id::text from job_queue.jobs where task_identifier = 'work' order by priority, run_at, id limit ${CLAIM_SIZE}`);
-          assert.deepEqual(claimed, expected.map((r) => r.id), "the claimed task's jobs in order; nothing of the other");
-          const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
-          assert.ok(steps.every((step) => step.rows <= 8 * CLAIM_SIZE), `a step handled more than ${8 * CLAIM_SIZE} rows: ${JSON.stringify(steps)}`);
-        },
-      );
+      it(`never walks the backlog of a task it leaves out (paused, or over its limit): 20,000 of its jobs ahead of the rest (${label})`, async () => {
+        await reset(statistics);
+        const ahead = (minutes: number) => `now() - interval '${minutes} minutes' + g * interval '1 millisecond'`;
+        await sql.query(`insert into job_queue.jobs (task_identifier, run_at) select 'paused_task', ${ahead(60)} from generate_series(1, 20000) g`);
+        // Behind it, the claim's tasks: 'work', and 'other' (ahead of 'work' by one job); 'idle' has none.
+        await sql.query(`insert into job_queue.jobs (task_identifier, run_at) select 'work', ${ahead(30)} from generate_series(1, 1000) g`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, run_at) values ('other', now() - interval '31 minutes')`);
+        await settle(statistics);
+        const { plan, claimed } = await claim(planMode, '{}', '{work,idle,other}');
+        const { rows: expected } = await sql.query<{ id: string }>(`
+          select id::text from job_queue.jobs where task_identifier in ('work', 'other') order by priority, run_at, id limit ${CLAIM_SIZE}`);
+        assert.deepEqual(claimed, expected.map((r) => r.id), "the claimed tasks' jobs in order; nothing of the other");
+        const steps = planNodes(plan).map((n) => ({ node: n['Node Type'], on: n['Index Name'] ?? n['Relation Name'], rows: handled(n) }));
+        assert.ok(steps.every((step) => step.rows <= 8 * CLAIM_SIZE), `a step handled more than ${8 * CLAIM_SIZE} rows: ${JSON.stringify(steps)}`);
+      });
+
+      it(`starts its walk no later than the first job it may take: a task's first job not due yet, at a higher priority (${label})`, async () => {
+        await reset(statistics);
+        // 'work''s first job in fetch order (priority -1) waits an hour: the walk starts there, and still takes the due ones behind it.
+        await sql.query(`insert into job_queue.jobs (task_identifier, priority, run_at) values ('work', -1, now() + interval '1 hour')`);
+        await sql.query(`insert into job_queue.jobs (task_identifier, run_at) select 'work', now() - interval '1 minute' + g * interval '1 millisecond' from generate_series(1, 2000) g`);
+        await settle(statistics);
+        const { claimed } = await claim(planMode);
+        const { rows: expected } = await sql.query<{ id: string }>(`
+          select id::text from job_queue.jobs where run_at <= now() order by priority, run_at, id limit ${CLAIM_SIZE}`);
+        assert.deepEqual(claimed, expected.map((r) => r.id));
+      });
+
+      it(`takes queue heads when its tasks have no due job of no queue (${label})`, async () => {
+        await reset(statistics);
+        await sql.query(`insert into job_queue.jobs (task_identifier, queue_name) select 'work', 'only-' || g from generate_series(1, 20) g`);
+        await sql.query(`insert into job_queue.jobs (task_identifier) select 'paused_task' from generate_series(1, 2000)`);
+        await settle(statistics);
+        const { claimed } = await claim(planMode);
+        const { rows: expected } = await sql.query<{ id: string }>(`select id::text from job_queue.jobs where queue_name is not null order by priority, run_at, id`);
+        assert.deepEqual(claimed, expected.map((r) => r.id), 'every queue head of the task');
+      });
 
       it(`counts a limited task's held jobs through jobs_locked_by_idx, and claims, never walking its backlog: 20,000 waiting, 50 held (${label})`, async () => {
         await reset(statistics);
