@@ -104,8 +104,10 @@ describe('limits per group across worker processes', () => {
   });
 
   it('setTaskLimits turns groupConcurrency on for running workers, and resetTaskLimits off', async () => {
-    await s.start(3, { concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', HEARTBEAT_INTERVAL: '250' } });
+    const processes = await s.start(3, { concurrency: 10, env: { LIMITED: '1', GLOBAL_CONCURRENCY: 'none', HEARTBEAT_INTERVAL: '250', PRINT_LIMITS: 'limited' } });
     await s.t.jobs.setTaskLimits('limited' as never, { groupConcurrency: 1 });
+    // A task without a limit becomes limited on a worker once it has heard (at most a pollInterval): wait until each has.
+    await Promise.all(processes.map((p) => p.waitForOutput('the group limit heard', /^limits \{"groupConcurrency":1\}$/m)));
     const limited = await add(['x', 'y'].flatMap((group) => Array.from({ length: 5 }, () => ({ group, ms: 100 }))));
     await waitFor('the limited jobs to run', () => ranAll(limited), 30_000);
     const perGroup = await mostAtOnce(s.sql, limited, true);

@@ -34,6 +34,7 @@
  * ADD_AT_START (`{"identifier", "payload"}`: once ready, the process adds that job itself and
  * prints `added <id> <state>`: a job its own worker may start at its add, localStart),
  * PRINT_PAUSES=1 (prints `paused <what>` when what its worker knows of the pauses changes: printPauses),
+ * PRINT_LIMITS=<task> (prints `limits <json>` when the limits its worker knows set at run time for that task change: printLimits),
  * and the module's durations when set: HEARTBEAT_INTERVAL, WORKER_TIMEOUT, SHUTDOWN_GRACE
  * (ms). FLAGS_TABLE=1: the forbidden flags are read, at each claim, from the test's
  * `forbidden_flags` table, so a test can steer which process may claim a job (see
@@ -313,6 +314,7 @@ async function main() {
   app.enableShutdownHooks();
   console.log(`ready ${app.get(JobQueueWorker).workerId}`);
   if (process.env.PRINT_PAUSES === '1') printPauses(app.get(JobQueueWorker));
+  if (process.env.PRINT_LIMITS) printLimits(app.get(JobQueueWorker), process.env.PRINT_LIMITS);
   if (process.env.ADD_AT_START) {
     const { identifier, payload } = JSON.parse(process.env.ADD_AT_START) as { identifier: string; payload?: unknown };
     await app.get(JobQueueWorker).runUntilIdle(); // the start's catch-up claim is done: the free slots are for adds
@@ -330,6 +332,24 @@ function printPauses(worker: JobQueueWorker): void {
   const print = () => {
     const known = worker.status().paused.map((entry) => `${entry.kind}:${entry.name}`).sort().join(',') || '-';
     if (known !== last) console.log(`paused ${(last = known)}`);
+  };
+  print();
+  setInterval(print, 10).unref();
+}
+
+/**
+ * PRINT_LIMITS=<task>: prints `limits <json>` (`none` for nothing set) at start and whenever the
+ * limits the worker has heard setTaskLimits store for `task` change, so that a test can wait
+ * until every process knows of them: a task that had no limit becomes limited on a worker only
+ * once it has heard (docs/guides/limits.md). Read from the worker's controls, which it does not
+ * expose.
+ */
+function printLimits(worker: JobQueueWorker, task: string): void {
+  const { controls } = worker as unknown as { controls: { overrideOf(task: string): unknown } };
+  let last: string | undefined;
+  const print = () => {
+    const known = JSON.stringify(controls.overrideOf(task) ?? null);
+    if (known !== last) console.log(`limits ${(last = known)}`);
   };
   print();
   setInterval(print, 10).unref();
