@@ -99,7 +99,7 @@ export function claimStatement(s: string, variant: ClaimVariant = {}): string {
      * - `unqueued_from`: where the claim's tasks' available unqueued jobs begin in fetch order,
      *   the first of each task's in jobs_task_fetch_idx (one index probe a task), so that the
      *   walk starts there and never reads, one by one, the jobs ahead of tasks it leaves out
-     *   (paused, over a limit, another app's: 17 ms a claim behind 100,000 of them). None:
+     *   (paused, over a limit, another app's: 18 ms a claim behind 100,000 of them). None:
      *   nothing to claim.
      * - `unqueued`: the first $3 of jobs_fetch_unqueued_idx from there, locked as walked (SKIP
      *   LOCKED: the walk goes past whatever claims beside it are taking, and each row's lock
