@@ -2,16 +2,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createTestApp } from '../support/app';
 import { GROUPS_VERSION, OldWorkerProcess } from '../support/previous-version';
-import { limitedHoldTasks, migrationNames, migrationsAfter, NewTasks, upgradeSetup, warningsLogger } from '../support/upgrade';
+import { limitedHoldTasks, migrationNames, migrationsThrough, NewTasks, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const NEW_MIGRATION = 'TaskFetchIndex1765000000000';
-
-/** This version's migrations through `name`. */
-const migrationsUpTo = (name: string) => {
-  const all = ['CreateJobTables1763700000000', ...migrationsAfter('CreateJobTables1763700000000')];
-  return all.slice(0, all.indexOf(name) + 1);
-};
 
 /** The new version's `hold` (no limit) and `marker`. */
 const HoldTasks = limitedHoldTasks({});
@@ -28,7 +22,7 @@ describe('upgrading to migration 14 (jobs_task_fetch_idx) while a worker of the 
 
   it('builds the index under running jobs and claims; old and new workers drain the backlog, each job once', async () => {
     const old = await OldWorkerProcess.start(u.previous, u.db.url);
-    assert.deepEqual(old.library?.migrations, migrationsUpTo('JobGroups1764900000000'), 'the old version has every migration through 13');
+    assert.deepEqual(old.library?.migrations, migrationsThrough('JobGroups1764900000000'), 'the old version has every migration through 13');
     const [running] = await old.add([{ identifier: 'hold', payload: { gate: 'g0' } }]);
     await old.waitForOutput(`started hold ${running}`, new RegExp(`^started hold ${running}$`, 'm'));
     const before = await old.add(Array.from({ length: 500 }, (_, n) => ({ identifier: 'record', payload: { n } })), { many: true });

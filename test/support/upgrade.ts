@@ -95,10 +95,20 @@ export async function createRunsTable(sql: Client): Promise<void> {
  * the migrations it is about, so that a new migration changes no upgrade test's list.
  */
 export function migrationsAfter(name: string): string[] {
-  const names = createJobQueueMigrations().map((Migration) => (new Migration() as { name: string }).name);
-  const at = names.indexOf(name);
+  return allMigrations().slice(positionOf(name) + 1);
+}
+
+/** This version's migrations up to `name` included, in order: what a previous version that ends with it has. */
+export function migrationsThrough(name: string): string[] {
+  return allMigrations().slice(0, positionOf(name) + 1);
+}
+
+const allMigrations = () => createJobQueueMigrations().map((Migration) => (new Migration() as { name: string }).name);
+
+function positionOf(name: string): number {
+  const at = allMigrations().indexOf(name);
   assert.ok(at >= 0, `no migration ${name}`);
-  return names.slice(at + 1);
+  return at;
 }
 
 export async function migrationNames(sql: Client): Promise<string[]> {

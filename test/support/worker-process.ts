@@ -328,17 +328,11 @@ async function main() {
  * so that a test can wait until every process knows of a pause before adding jobs it must hold.
  */
 function printPauses(worker: JobQueueWorker): void {
-  let last: string | undefined;
-  const print = () => {
-    const known = worker.status().paused.map((entry) => `${entry.kind}:${entry.name}`).sort().join(',') || '-';
-    if (known !== last) console.log(`paused ${(last = known)}`);
-  };
-  print();
-  setInterval(print, 10).unref();
+  printWhenChanged('paused', () => worker.status().paused.map((entry) => `${entry.kind}:${entry.name}`).sort().join(',') || '-');
 }
 
 /**
- * PRINT_LIMITS=<task>: prints `limits <json>` (`none` for nothing set) at start and whenever the
+ * PRINT_LIMITS=<task>: prints `limits <json>` (`null` for nothing set) at start and whenever the
  * limits the worker has heard setTaskLimits store for `task` change, so that a test can wait
  * until every process knows of them: a task that had no limit becomes limited on a worker only
  * once it has heard (docs/guides/limits.md). Read from the worker's controls, which it does not
@@ -346,10 +340,15 @@ function printPauses(worker: JobQueueWorker): void {
  */
 function printLimits(worker: JobQueueWorker, task: string): void {
   const { controls } = worker as unknown as { controls: { overrideOf(task: string): unknown } };
+  printWhenChanged('limits', () => JSON.stringify(controls.overrideOf(task) ?? null));
+}
+
+/** Prints `<label> <what read()>` now and each time it reads something else (checked every 10 ms). */
+function printWhenChanged(label: string, read: () => string): void {
   let last: string | undefined;
   const print = () => {
-    const known = JSON.stringify(controls.overrideOf(task) ?? null);
-    if (known !== last) console.log(`limits ${(last = known)}`);
+    const known = read();
+    if (known !== last) console.log(`${label} ${(last = known)}`);
   };
   print();
   setInterval(print, 10).unref();

@@ -100,7 +100,7 @@ export function claimStatement(s: string, variant: ClaimVariant = {}): string {
      *   the first of each task's in jobs_task_fetch_idx (one index probe a task), so that the
      *   walk starts there and never reads, one by one, the jobs ahead of tasks it leaves out
      *   (paused, over a limit, another app's: 18 ms a claim behind 100,000 of them). None:
-     *   nothing to claim.
+     *   nothing to claim. The comparison is a condition of the walk's index scan.
      * - `unqueued`: the first $3 of jobs_fetch_unqueued_idx from there, locked as walked (SKIP
      *   LOCKED: the walk goes past whatever claims beside it are taking, and each row's lock
      *   rechecks all of its conditions on the row's latest version).
@@ -201,7 +201,7 @@ export function claimStatement(s: string, variant: ClaimVariant = {}): string {
         select j.id, j.queue_name, j.priority, j.run_at
         from ${s}.jobs j
         where j.is_available and j.queue_name is null
-          and (j.priority, j.run_at, j.id) >= ((select priority from unqueued_from), (select run_at from unqueued_from), (select id from unqueued_from))
+          and (j.priority, j.run_at, j.id) >= (select priority, run_at, id from unqueued_from)
           and j.run_at <= now()
           and ${claimable('j')}${ungroupedOnly ? ' and j.group_key is null' : ''}
           and j.cancel_requested_at is null

@@ -19,8 +19,9 @@ import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
  *   table is empty (a vacuum after a drain) it reads the whole table to find 100 ids. Its few
  *   small sorts, of rows already found, stay: they have no alternative.
  * - one generic plan, made at the first claim (a rate-limited claim's before it: oneMessage) and
- *   kept: planning the claim took 1.1 ms, as long as running it. The settings above fix its shape whatever the parameters, and
- *   test/worker/claim-plan.test.ts checks the generic plan on fresh and on "empty" statistics.
+ *   kept: planning the claim took 1.1 ms, as long as running it. The settings above fix its
+ *   shape whatever the parameters, and test/worker/claim-plan.test.ts checks the generic plan
+ *   on fresh and on "empty" statistics.
  * - no JIT: on a large table without statistics the claim's estimated cost is high enough to
  *   JIT-compile it at each execution, which costs more than the claim itself (0.5–1 s).
  */
