@@ -1,6 +1,6 @@
 /**
  * The benchmark's parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES,
- * SCALE, BACKLOG and POOLER, from the command line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`; `--scale`
+ * SCALE, BACKLOG, POOLER, SUSTAINED, SUSTAINED_S and SUSTAINED_STEPS, from the command line (`JOBS=2000`, `--jobs=2000` or `--jobs 2000`; `--scale`
  * alone is SCALE=1) or else from the environment.
  */
 export interface BenchConfig {
@@ -38,15 +38,21 @@ export interface BenchConfig {
   sqlClients: number;
   /** The SQL-limit line: jobs per claim. */
   sqlBatchSize: number;
+  /** SUSTAINED=1: the sustained lines too (sustained.ts). */
+  sustained: boolean;
+  /** Seconds each step of the sustained lines lasts. */
+  sustainedSeconds: number;
+  /** The sustained lines' offered rates, in % of our drain rate with two worker processes. */
+  sustainedSteps: number[];
 }
 
 /** Bad parameters: reported without a stack trace. */
 export class UsageError extends Error {}
 
-const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS', 'HISTORY', 'PROCESSES', 'SCALE', 'BACKLOG', 'POOLER'] as const;
+const PARAMETERS = ['JOBS', 'CONCURRENCY', 'LATENCY_SAMPLES', 'ROUNDS', 'HISTORY', 'PROCESSES', 'SCALE', 'BACKLOG', 'POOLER', 'SUSTAINED', 'SUSTAINED_S', 'SUSTAINED_STEPS'] as const;
 type Parameter = (typeof PARAMETERS)[number];
 /** On/off parameters: `--scale` alone turns one on. */
-const SWITCHES: readonly Parameter[] = ['SCALE', 'POOLER'];
+const SWITCHES: readonly Parameter[] = ['SCALE', 'POOLER', 'SUSTAINED'];
 
 export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchConfig {
   const args = parseArgs(argv);
@@ -85,6 +91,10 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     sqlClients: 2,
     // The most our worker holds claimed beyond its running jobs (MAX_FACTOR × concurrency in prefetch.ts).
     sqlBatchSize: concurrency * 50,
+    sustained: switchOn('SUSTAINED', args.SUSTAINED ?? env.SUSTAINED),
+    // A minute a step, as the issue asks: three steps and three systems, about ten minutes a round.
+    sustainedSeconds: read('SUSTAINED_S', 60),
+    sustainedSteps: percentages(args.SUSTAINED_STEPS ?? env.SUSTAINED_STEPS, [25, 50, 75]),
   };
 }
 
@@ -99,7 +109,7 @@ function parseArgs(argv: string[]): Partial<Record<Parameter, string>> {
     const isSwitch = (SWITCHES as readonly string[]).includes(key);
     const value = assignment ? assignment[2] : flag ? (isSwitch ? '1' : argv[++i]) : undefined;
     if (!(PARAMETERS as readonly string[]).includes(key) || value === undefined) {
-      throw new UsageError(`bad argument "${arg}": use ${PARAMETERS.map((p) => `${p}=<n>`).join(', ')} or --scale`);
+      throw new UsageError(`bad argument "${arg}": use ${PARAMETERS.map((p) => `${p}=<n>`).join(', ')} or --scale, --sustained`);
     }
     args[key as Parameter] = value;
   }
@@ -110,6 +120,16 @@ function switchOn(name: Parameter, raw: string | undefined): boolean {
   if (raw === undefined || raw === '' || raw === '0') return false;
   if (raw === '1') return true;
   throw new UsageError(`${name} must be 0 or 1, got "${raw}"`);
+}
+
+/** A comma-separated list of percentages, increasing (`SUSTAINED_STEPS=25,50,75`). */
+function percentages(raw: string | undefined, fallback: number[]): number[] {
+  if (raw === undefined || raw === '') return fallback;
+  const values = raw.split(',').map((part) => Number(part.trim()));
+  if (values.some((v, i) => !(v > 0 && v <= 1000) || (i > 0 && v <= values[i - 1]))) {
+    throw new UsageError(`SUSTAINED_STEPS must be increasing percentages between 0 and 1000, separated by commas, got "${raw}"`);
+  }
+  return values;
 }
 
 function integer(name: string, raw: string | undefined, fallback: number, min: number): number {

@@ -1,15 +1,19 @@
 /**
  * What the benchmark's do-nothing task handlers report to: how many have started, and when
- * the next one starts. Both job queues' handlers call `hit()` first thing.
+ * the next one starts. Both job queues' handlers call `hit()` first thing, with the job's
+ * `at` (the wall clock of its add, in the sustained lines' payloads) when it has one.
  */
 export class HandlerProbe {
+  /** Told each start of a job whose payload has `at`: that add's and this start's wall clock (epoch ms, fractional). */
+  onStart?: (addedAt: number, startedAt: number) => void;
   private count = 0;
   private lastAt = 0;
   private countWaiter?: { target: number; resolve: () => void; reject: (error: Error) => void; timer: NodeJS.Timeout };
   private startWaiter?: { resolve: (at: number) => void; reject: (error: Error) => void; timer: NodeJS.Timeout };
 
-  hit(): void {
+  hit(addedAt?: number): void {
     const at = performance.now();
+    if (addedAt !== undefined) this.onStart?.(addedAt, performance.timeOrigin + at);
     this.count += 1;
     this.lastAt = at;
     const start = this.startWaiter;

@@ -6,8 +6,11 @@
  * each system's other lines; this library's drain with and without a history of completed
  * jobs (suite.ts), and its flows against plain jobs (flows.ts); and its scale lines: several worker processes, and with SCALE=1 a big
  * backlog (scale.ts); and where PgBouncer is installed, its drain through PgBouncer in transaction
- * mode, with and without listenUrl, against the direct drain (pooler.ts).
- * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES, SCALE, BACKLOG, POOLER
+ * mode, with and without listenUrl, against the direct drain (pooler.ts); and with SUSTAINED=1,
+ * the sustained lines, producers and workers in processes of their own at fixed offered rates
+ * (sustained.ts; also alone: `npm run bench:sustained`).
+ * Parameters: JOBS, CONCURRENCY, LATENCY_SAMPLES, ROUNDS, HISTORY, PROCESSES, SCALE, BACKLOG, POOLER,
+ * SUSTAINED, SUSTAINED_S, SUSTAINED_STEPS
  * (env, or `npm run bench -- JOBS=2000 --scale`). Progress goes to stderr, the report to stdout.
  */
 import 'reflect-metadata';
@@ -19,6 +22,9 @@ import { runFlowLines } from './flows';
 import { poolerAvailable, runPoolerLines } from './pooler';
 import { runScale } from './scale';
 import { runSqlLimit } from './sql-limit';
+import { runSustained } from './sustained';
+import { SUSTAINED_PLOT, writeSustainedPlot } from './sustained-plot';
+import { printSustained } from './report-sustained';
 import { runSuite, type Progress, type QueueUnderTest, type SuiteResult, type WorkerMode } from './suite';
 import { graphileWorkerVersion, openGraphileWorker } from './system-graphile-worker';
 import { openNestJobQueue } from './system-nestjs-job-queue';
@@ -29,6 +35,7 @@ const SQL_DATABASE = 'bench_sql';
 const SCALE_DATABASE = 'bench_scale';
 const FLOW_DATABASE = 'bench_flows';
 const POOLER_DATABASE = 'bench_pooler';
+const SUSTAINED_DATABASE = 'bench_sustained';
 
 const progress = (message: string) => console.error(`[bench] ${message}`);
 
@@ -53,12 +60,20 @@ async function main(): Promise<void> {
       const sqlLimit = await runSqlLimit(await recreateDatabase(server.url, SQL_DATABASE), config, step);
       const scale = config.processes > 0 || config.scale ? await runScale(await recreateDatabase(server.url, SCALE_DATABASE), config, step) : undefined;
       const pooled = pooler ? await runPoolerLines(await recreateDatabase(server.url, POOLER_DATABASE), config, step) : undefined;
-      rounds.push({ adds, ours, flows, theirs, sqlLimit, scale, pooler: pooled });
+      const sustained = config.sustained ? await runSustained(server.url, SUSTAINED_DATABASE, config, step) : undefined;
+      rounds.push({ adds, ours, flows, theirs, sqlLimit, scale, pooler: pooled, sustained });
       progress(`round ${round}/${config.rounds} took ${((performance.now() - started) / 1000).toFixed(0)} s`);
     }
     printReport(config, { server: server.description, settings, graphileWorkerVersion: graphileWorkerVersion() }, rounds);
+    const sustained = rounds.flatMap((r) => (r.sustained ? [r.sustained] : []));
+    if (sustained.length > 0) {
+      console.log('');
+      printSustained(sustained);
+      writeSustainedPlot(sustained[sustained.length - 1], config.sustainedSeconds, SUSTAINED_PLOT);
+      progress(`the last round's sustained lines are plotted in ${SUSTAINED_PLOT}`);
+    }
   } finally {
-    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE, FLOW_DATABASE, POOLER_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
+    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE, FLOW_DATABASE, POOLER_DATABASE, SUSTAINED_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
     await server.stop();
   }
 }

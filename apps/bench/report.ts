@@ -10,6 +10,7 @@ import { printFlows } from './report-flows';
 import type { PoolerResult } from './pooler';
 import type { ScaleResult } from './scale';
 import type { SqlLimitResult } from './sql-limit';
+import type { SustainedResult } from './sustained';
 import type { Latency, SuiteResult, WorkerMode } from './suite';
 
 export interface Setting {
@@ -31,6 +32,8 @@ export interface RoundResult {
   scale?: ScaleResult;
   /** Absent with POOLER=0 or without PgBouncer. */
   pooler?: PoolerResult;
+  /** With SUSTAINED=1 only (sustained.ts). */
+  sustained?: SustainedResult;
 }
 
 /** One line of a table: a value per round for each side. */

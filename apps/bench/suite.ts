@@ -10,7 +10,8 @@ export type WorkerMode = 'default' | 'batched';
 export interface QueueUnderTest {
   readonly name: string;
   readonly probe: HandlerProbe;
-  addOne(index: number): Promise<unknown>;
+  /** One job added alone; with `at` (the wall clock, epoch ms) in its payload for the sustained lines. */
+  addOne(index: number, at?: number): Promise<unknown>;
   addMany(fromIndex: number, count: number): Promise<unknown>;
   countJobs(): Promise<number>;
   startWorker(mode: WorkerMode): Promise<{ stop(): Promise<void> }>;

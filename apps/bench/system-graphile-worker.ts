@@ -22,7 +22,7 @@ export async function openGraphileWorker(url: string, config: BenchConfig): Prom
     logger,
     noHandleSignals: true,
     crontab: '', // no crontab file lookup
-    taskList: { [TASK]: () => probe.hit() },
+    taskList: { [TASK]: (payload) => probe.hit((payload as { at?: number }).at) },
     preset:
       mode === 'batched'
         ? { worker: { localQueue: { size: config.localQueueSize }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } }
@@ -32,7 +32,7 @@ export async function openGraphileWorker(url: string, config: BenchConfig): Prom
   return {
     name: 'graphile-worker',
     probe,
-    addOne: (index) => utils.addJob(TASK, { index }),
+    addOne: (index, at) => utils.addJob(TASK, at === undefined ? { index } : { index, at }),
     addMany: (from, count) => utils.addJobs(Array.from({ length: count }, (_, k) => ({ identifier: TASK, payload: { index: from + k } }))),
     countJobs: async () => (await utilsPool.query<{ count: number }>('select count(*)::int as count from graphile_worker._private_jobs')).rows[0].count,
     startWorker: async (mode) => {

@@ -15,8 +15,8 @@ class BenchTasks {
   constructor(private readonly probe: HandlerProbe) {}
 
   @Task(TASK)
-  noop(): void {
-    this.probe.hit();
+  noop(payload: { at?: number }): void {
+    this.probe.hit(payload.at);
   }
 }
 
@@ -69,7 +69,7 @@ export async function openApp(
     probe,
     dataSource,
     jobs,
-    addOne: (index) => jobs.add(TASK, { index }),
+    addOne: (index, at) => jobs.add(TASK, at === undefined ? { index } : { index, at }),
     addMany: (from, count) => jobs.addMany(Array.from({ length: count }, (_, k) => ({ identifier: TASK, payload: { index: from + k } }))),
     countJobs: async () => (await dataSource.query<Array<{ count: number }>>(`select count(*)::int as count from ${SCHEMA}.jobs`))[0].count,
     // One mode only: the worker has no batching knobs. Started and stopped per drain.

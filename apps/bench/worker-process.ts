@@ -7,6 +7,7 @@
  */
 import 'reflect-metadata';
 import type { BenchConfig } from './config';
+import { sendToBench, serveRequests } from './ipc-child';
 import type { QueueUnderTest } from './suite';
 import { openApp } from './system-nestjs-job-queue';
 
@@ -15,10 +16,8 @@ export type WorkerProcessRequest = { id: number } & (
   | { command: 'start' | 'stop' | 'memory' | 'close' }
 );
 
-export type WorkerProcessMessage =
-  | { type: 'reply'; id: number; value?: unknown; error?: string }
-  /** `lastStartAt`: epoch ms, fractional, comparable across the processes of one machine. */
-  | { type: 'progress'; started: number; lastStartAt: number };
+/** `lastStartAt`: epoch ms, fractional, comparable across the processes of one machine. */
+export type WorkerProcessMessage = { type: 'progress'; started: number; lastStartAt: number };
 
 export interface MemorySample {
   rss: number;
@@ -33,15 +32,11 @@ let worker: { stop(): Promise<void> } | undefined;
 let reporter: NodeJS.Timeout | undefined;
 let reported = -1;
 
-function send(message: WorkerProcessMessage, then?: () => void): void {
-  process.send?.(message, undefined, undefined, then);
-}
-
 function reportProgress(): void {
   const probe = queue?.probe;
   if (!probe || probe.started === reported) return;
   reported = probe.started;
-  send({ type: 'progress', started: probe.started, lastStartAt: performance.timeOrigin + probe.lastStartAt });
+  sendToBench({ type: 'progress', started: probe.started, lastStartAt: performance.timeOrigin + probe.lastStartAt });
 }
 
 function opened(): QueueUnderTest {
@@ -86,13 +81,4 @@ async function handle(request: WorkerProcessRequest): Promise<unknown> {
   }
 }
 
-process.on('message', (request: WorkerProcessRequest) => {
-  // Once "close" is answered the process exits, whatever timer a library still holds (see exitSoon in main.ts).
-  const then = request.command === 'close' ? () => process.exit(0) : undefined;
-  handle(request).then(
-    (value) => send({ type: 'reply', id: request.id, value }, then),
-    (error: unknown) => send({ type: 'reply', id: request.id, error: error instanceof Error ? (error.stack ?? error.message) : String(error) }, then),
-  );
-});
-// The bench gone (it crashed or was killed): so is this process, rather than a worker left running.
-process.on('disconnect', () => process.exit(1));
+serveRequests(handle);
