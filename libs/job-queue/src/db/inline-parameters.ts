@@ -1,7 +1,7 @@
 import { quoteLiteral } from '../sql/identifier';
 
 /** A value a statement of sql/queries.ts takes as a parameter, that inlineParameters can write as a literal. */
-export type InlineValue = string | number | null | readonly string[];
+export type InlineValue = string | number | boolean | null | readonly string[];
 
 /**
  * A statement with its `$n` parameters written as literals, for a message of several statements
@@ -21,6 +21,7 @@ export function inlineParameters(statement: string, values: readonly InlineValue
 /** A parameter's value as an SQL literal (an array as an array literal). */
 export function sqlLiteral(value: InlineValue): string {
   if (value === null) return 'null';
+  if (typeof value === 'boolean') return String(value);
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) throw new Error(`inlineParameters: ${value} is no number to write`);
     return value < 0 ? `(${value})` : String(value); // never `- -3`, nor `--3` (a comment)
