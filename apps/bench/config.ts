@@ -42,7 +42,7 @@ export interface BenchConfig {
   sustained: boolean;
   /** Seconds each step of the sustained lines lasts. */
   sustainedSeconds: number;
-  /** The sustained lines' offered rates, in % of our drain rate with two worker processes. */
+  /** The sustained lines' offered rates, in % of our capacity (sustained.ts). */
   sustainedSteps: number[];
 }
 
@@ -92,7 +92,7 @@ export function readBenchConfig(argv: string[], env: NodeJS.ProcessEnv): BenchCo
     // The most our worker holds claimed beyond its running jobs (MAX_FACTOR × concurrency in prefetch.ts).
     sqlBatchSize: concurrency * 50,
     sustained: switchOn('SUSTAINED', args.SUSTAINED ?? env.SUSTAINED),
-    // A minute a step, as the issue asks: three steps and three systems, about ten minutes a round.
+    // A minute a step: three steps and three systems, about eleven minutes a round with the warm-ups.
     sustainedSeconds: read('SUSTAINED_S', 60),
     sustainedSteps: percentages(args.SUSTAINED_STEPS ?? env.SUSTAINED_STEPS, [25, 50, 75]),
   };

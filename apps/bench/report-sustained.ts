@@ -31,7 +31,7 @@ export function printSustained(rounds: SustainedResult[]): void {
       ]);
     }
   }
-  printGrid(['sustained: system, offered % of our drain', 'offered jobs/s', 'added jobs/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'last/first slice p99', 'jobs table+indexes ×', 'held'], rows);
+  printGrid(['sustained: system, offered % of our capacity', 'offered jobs/s', 'added jobs/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'last/first slice p99', 'jobs table+indexes ×', 'held'], rows);
   console.log('');
   const highest = (r: SustainedResult, system: SustainedSystem) => {
     const held = r.systems.find((s) => s.system === system)?.steps.filter((s) => !s.failed) ?? [];
@@ -47,12 +47,14 @@ export function printSustained(rounds: SustainedResult[]): void {
   console.log('');
   console.log(
     `sustained: 2 producer processes add one add() at a time at the offered rate, 2 worker processes (concurrency as the bench's) run the jobs, on the default ` +
-      `retention; the offered rates are percentages of our drain rate with the 2 worker processes (${Math.round(medianOf(rounds.map((r) => r.referencePerSecond))).toLocaleString('en-US')} jobs/s, ` +
-      'median of the rounds). Waits: from the add() call to the handler\'s start, every job. A step holds when at its end at most a second of jobs waits, its p99 ' +
-      'is under 100 ms and the producers kept to the schedule; after one that does not, the system\'s later steps are skipped. "jobs table+indexes ×": its size ' +
-      'at the step\'s last slice over its first.',
+      `retention. The offered rates are percentages of our capacity: the jobs started a second while our 2 producers added flat out (${rate(rounds, (r) => r.capacityPerSecond)} jobs/s, ` +
+      `median of the rounds; our 2 worker processes drained ${rate(rounds, (r) => r.drainPerSecond)} jobs/s of a queued table). Waits: from the add() call to the handler's start, ` +
+      'every job. A step holds when at its end at most a second of jobs waits, its p99 is under 100 ms and the producers kept to the schedule; after one that does not, ' +
+      'the system\'s later steps are skipped. "jobs table+indexes ×": its size at the step\'s last slice over its first.',
   );
 }
+
+const rate = (rounds: SustainedResult[], pick: (r: SustainedResult) => number) => Math.round(medianOf(rounds.map(pick))).toLocaleString('en-US');
 
 function lastOverFirst(step: SustainedStep): number | undefined {
   const slices = step.slices.filter((s) => s.waits);
@@ -74,7 +76,7 @@ function printSlices(round: SustainedResult): void {
         const jobs = slice.tables.jobs;
         const finished = slice.tables.finished_jobs;
         rows.push([
-          `${system}, ${step.percent} %, ${slice.endS - Math.min(10, slice.endS)}–${slice.endS} s`,
+          `${system}, ${step.percent} %, ${slice.startS}–${slice.endS} s`,
           Math.round(slice.startedPerSecond).toLocaleString('en-US'),
           slice.waits ? slice.waits.p50.toFixed(2) : '-',
           slice.waits ? slice.waits.p99.toFixed(2) : '-',

@@ -206,7 +206,7 @@ export async function waitUntilNoJobs(queue: QueueUnderTest, timeoutMs = 60_000)
 }
 
 /** Nearest-rank percentile of sorted values. */
-function percentile(sorted: number[], p: number): number {
+export function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 }
 

@@ -7,13 +7,20 @@ export class SustainedProcess {
   private constructor(private readonly child: IpcChild<SustainedMessage>) {}
 
   /**
-   * Forks a producer or a worker of `system` on `url` (whose schema the bench made first); a
-   * worker starts at once, and hands its starts to `onStarts` ([startedAt, waitMs, …]).
+   * Forks a producer or a worker of `system` on `url` (whose schema the bench made first), the
+   * `index`th of its role; a worker starts at once, and hands its starts to `onStarts` ([startedAt, waitMs, …]).
    */
-  static async open(url: string, config: BenchConfig, system: SustainedSystem, role: SustainedRole, label: string, onStarts: (samples: number[]) => void): Promise<SustainedProcess> {
-    const child = IpcChild.fork<SustainedMessage>('sustained-process.js', label, (message) => onStarts(message.samples));
+  static async open(
+    url: string,
+    config: BenchConfig,
+    system: SustainedSystem,
+    role: SustainedRole,
+    index: number,
+    onStarts: (samples: number[]) => void,
+  ): Promise<SustainedProcess> {
+    const child = IpcChild.fork<SustainedMessage>('sustained-process.js', `${system} ${role} ${index + 1}`, (message) => onStarts(message.samples));
     try {
-      await child.call('open', { url, config, system, role });
+      await child.call('open', { url, config, system, role, index });
     } catch (error) {
       child.kill();
       throw error;
@@ -21,9 +28,9 @@ export class SustainedProcess {
     return new SustainedProcess(child);
   }
 
-  /** A producer's adds: `rate` a second for `seconds`, payload indexes from `firstIndex`. */
-  produce(rate: number, seconds: number, firstIndex: number): Promise<Produced> {
-    return this.child.call('produce', { rate, seconds, firstIndex }) as Promise<Produced>;
+  /** A producer's adds: `rate` a second (null: flat out) for `seconds`. */
+  produce(rate: number | null, seconds: number): Promise<Produced> {
+    return this.child.call('produce', { rate, seconds }) as Promise<Produced>;
   }
 
   /** Its counts so far; a worker's samples up to now arrive before this resolves. */

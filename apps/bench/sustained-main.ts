@@ -1,7 +1,7 @@
 /**
  * `npm run bench:sustained`: the sustained lines alone (sustained.ts), ROUNDS rounds, on the
  * bench's server (DATABASE_URL, or an embedded one started durable). SUSTAINED_SYSTEMS narrows
- * the systems (ours always runs: its drain is the base of the rates), e.g. for the long run
+ * the systems (ours always runs: its capacity is the base of the rates), e.g. for the long run
  * `SUSTAINED_SYSTEMS=nestjs-job-queue SUSTAINED_S=1800 SUSTAINED_STEPS=50 ROUNDS=1`.
  */
 import 'reflect-metadata';

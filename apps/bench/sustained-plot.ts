@@ -42,7 +42,7 @@ export function writeSustainedPlot(round: SustainedResult, seconds: number, file
       steps
         .flatMap((step) => {
           const offset = percents.indexOf(step.percent) * seconds;
-          return step.slices.filter((slice) => slice.waits).map((slice) => `${x(offset + slice.endS - Math.min(5, slice.endS / 2)).toFixed(1)},${y(slice.waits![pick]).toFixed(1)}`);
+          return step.slices.filter((slice) => slice.waits).map((slice) => `${x(offset + (slice.startS + slice.endS) / 2).toFixed(1)},${y(slice.waits![pick]).toFixed(1)}`);
         })
         .join(' ');
     parts.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${points('p99')}"/>`);

@@ -18,8 +18,9 @@ export type SustainedSystem = (typeof SUSTAINED_SYSTEMS)[number];
 export type SustainedRole = 'producer' | 'worker';
 
 export type SustainedRequest = { id: number } & (
-  | { command: 'open'; url: string; config: BenchConfig; system: SustainedSystem; role: SustainedRole }
-  | { command: 'produce'; rate: number; seconds: number; firstIndex: number }
+  | { command: 'open'; url: string; config: BenchConfig; system: SustainedSystem; role: SustainedRole; index: number }
+  /** `rate` null: flat out. */
+  | { command: 'produce'; rate: number | null; seconds: number }
   | { command: 'counts' | 'close' }
 );
 
@@ -48,8 +49,8 @@ let worker: { stop(): Promise<void> } | undefined;
 let samples: number[] = [];
 let flusher: NodeJS.Timeout | undefined;
 let added = 0;
-
-const epochNow = () => performance.timeOrigin + performance.now();
+/** This producer's next payload index: each producer's are its own (index × 10⁹ on). */
+let nextIndex = 0;
 
 function flushSamples(): void {
   if (samples.length === 0) return;
@@ -69,23 +70,28 @@ async function open(url: string, config: BenchConfig, system: SustainedSystem): 
 /**
  * Adds `rate` jobs a second for `seconds`, each at its due time (open loop: a slow add does not
  * slow the schedule), at most `poolSize - 1` in flight; past that the adds fall behind, and
- * `behindMs` says by how much.
+ * `behindMs` says by how much. A rate of null adds flat out, as many in flight as allowed.
  */
-async function produce(rate: number, seconds: number, firstIndex: number, config: BenchConfig): Promise<Produced> {
+async function produce(perSecond: number | null, seconds: number, config: BenchConfig): Promise<Produced> {
   const app = opened();
-  const total = Math.round(rate * seconds);
+  const rate = perSecond ?? Infinity;
+  const total = perSecond === null ? Infinity : Math.round(perSecond * seconds);
   const maxInFlight = Math.max(1, config.poolSize - 1);
   const begin = performance.now();
+  const endAt = begin + seconds * 1000;
   let issued = 0;
   let inFlight = 0;
   let behindMs = 0;
   let failure: unknown;
-  while (issued < total && failure === undefined) {
+  while (issued < total && performance.now() < endAt && failure === undefined) {
     const due = Math.min(total, Math.floor(((performance.now() - begin) / 1000) * rate) + 1);
     while (issued < due && inFlight < maxInFlight) {
-      behindMs = Math.max(0, performance.now() - begin - (issued / rate) * 1000);
+      // stamped with its due time: a producer that falls behind counts in the wait, as an app's would
+      const dueAt = perSecond === null ? performance.now() : begin + (issued / rate) * 1000;
+      behindMs = Math.max(behindMs, performance.now() - dueAt);
       inFlight += 1;
-      app.addOne(firstIndex + issued++, epochNow()).then(
+      issued += 1;
+      app.addOne(nextIndex++, performance.timeOrigin + dueAt).then(
         () => ((inFlight -= 1), (added += 1)),
         (error: unknown) => ((inFlight -= 1), (failure = error)),
       );
@@ -94,15 +100,18 @@ async function produce(rate: number, seconds: number, firstIndex: number, config
   }
   while (inFlight > 0) await sleep(1);
   if (failure !== undefined) throw failure;
+  // a schedule not kept to the end: the adds due after the last one issued were never made
+  if (perSecond !== null && issued < total) behindMs = Math.max(behindMs, ((total - issued) / rate) * 1000);
   return { added: issued, behindMs };
 }
 
 async function handle(request: SustainedRequest): Promise<unknown> {
   switch (request.command) {
     case 'open': {
-      const { url, config, system, role } = request;
+      const { url, config, system, role, index } = request;
       queue = await open(url, config, system);
       benchConfig = config;
+      nextIndex = index * 1_000_000_000;
       if (role === 'worker') {
         queue.probe.onStart = (addedAt, startedAt) => samples.push(startedAt, startedAt - addedAt);
         worker = await queue.startWorker(system === 'graphile-worker batched' ? 'batched' : 'default');
@@ -111,7 +120,7 @@ async function handle(request: SustainedRequest): Promise<unknown> {
       return undefined;
     }
     case 'produce':
-      return produce(request.rate, request.seconds, request.firstIndex, benchConfig!);
+      return produce(request.rate, request.seconds, benchConfig!);
     case 'counts': {
       flushSamples(); // ahead of this reply on the channel
       const cpu = process.cpuUsage();

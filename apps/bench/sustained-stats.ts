@@ -1,5 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import type { Queryable } from './jobs-table';
+import { percentile } from './suite';
 
 /** One table's size and dead rows, as PostgreSQL reports them (bytes; dead rows from its statistics, a little behind). */
 export interface TableSize {
@@ -19,9 +20,8 @@ export interface Waits {
 /** `values`' percentiles, or undefined for none. */
 export function waitsOf(values: number[]): Waits | undefined {
   if (values.length === 0) return undefined;
-  const sorted = Float64Array.from(values).sort();
-  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-  return { count: sorted.length, p50: at(0.5), p99: at(0.99), p999: at(0.999) };
+  const sorted = Array.from(Float64Array.from(values).sort());
+  return { count: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), p999: percentile(sorted, 99.9) };
 }
 
 /** Each of `tables` (label → qualified name) as it is now. */
@@ -42,8 +42,10 @@ export async function readTableSizes(db: Queryable, tables: Record<string, strin
 const TICKS_PER_SECOND = 100;
 
 /**
- * CPU time used so far by every live process named postgres on this machine (ms): the server's
- * share of the load, the machine being the bench's own. 0 where /proc is not there.
+ * CPU time used so far by the processes named postgres on this machine (ms): the server's share
+ * of the load, the machine being the bench's own. The live ones' own time, and the postmaster's
+ * count of its ended children (a backend whose connection closed is counted there once the
+ * postmaster has reaped it). 0 where /proc is not there.
  */
 export function postgresCpuMs(): number {
   let total = 0;
@@ -58,7 +60,8 @@ export function postgresCpuMs(): number {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
       if (!stat.includes('(postgres)')) continue;
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      total += ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_SECOND; // utime + stime
+      // utime + stime, and cutime + cstime: the reaped children's
+      total += ((Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * 1000) / TICKS_PER_SECOND;
     } catch {
       // the process ended while being read
     }

@@ -3,16 +3,13 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
-import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
+import { RELEASE_TYPES, releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 
-/** As PostgreSQL infers them when the pool prepares the statement with untyped parameters. */
-const PARAMETER_TYPES = ['text', 'bigint[]', 'jsonb', 'bigint[]', 'jsonb', 'bigint[]', 'bigint[]', 'jsonb', 'boolean', 'jsonb', 'jsonb'];
-
 /**
- * releaseJobs runs prepared, so after five runs PostgreSQL may keep one generic plan for it,
- * made without knowing how many ids a flush names and with whatever statistics `jobs` has.
+ * releaseJobs runs with its generic plan (JobQueueDatabase.runGenericPlan), made without
+ * knowing how many ids a flush names and with whatever statistics `jobs` has.
  * That plan must reach the named rows by their ids: a worker holds up to 200 × concurrency
  * jobs, and a plan that walks them (jobs_locked_by_idx) once per named id took seconds.
  */
@@ -54,7 +51,7 @@ describe('the release as a generic plan', () => {
     const failed = ids.slice(500, 600);
     await sql.query('deallocate all');
     await sql.query('set plan_cache_mode = force_generic_plan');
-    await sql.query(`prepare release(${PARAMETER_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`);
+    await sql.query(`prepare release(${RELEASE_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`);
     try {
       const batch = {
         completed: completed.map((id) => ({ id, claim: claims.get(id)!, result: '{"sent":true}' })),

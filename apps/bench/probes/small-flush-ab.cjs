@@ -26,8 +26,6 @@ const median = (xs, q = 0.5) => [...xs].sort((a, b) => a - b)[Math.floor(q * xs.
     const app = await openApp(url, readBenchConfig([], {}));
     const sql = new Client(url); await sql.connect();
     await sql.query(`insert into job_queue.workers (id) values ('ab-worker')`);
-    // the app's JobQueueDatabase: found through the module's DataSource pool
-    const db = Object.values(require.cache).length && app.jobs['db'] ? app.jobs['db'] : undefined;
     builds.push({ label, app, sql, claimTokenOf, write: null, JobQueueDatabase, writeReleases, times: [] });
   }
   for (const b of builds) {

@@ -34,7 +34,8 @@ export function executePrepared(client: ClientBase, schema: string, statement: s
   preparedOn.set(client, prepared);
   if (prepared.has(name)) return { statement: execute };
   prepared.add(name);
-  return { preparation: `prepare ${name} (${types.join(', ')}) as ${text}; explain ${execute}`, statement: execute };
+  // The generic plan ignores the values: nulls spare the server parsing a large literal twice.
+  return { preparation: `prepare ${name} (${types.join(', ')}) as ${text}; explain execute ${name}(${values.map(() => 'null').join(', ')})`, statement: execute };
 }
 
 /** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */

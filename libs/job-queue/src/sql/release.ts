@@ -87,9 +87,9 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
      * this statement. Keyless rows nobody locks for long: they are taken directly, which
      * spares the drain a lock record per job.
      *
-     * It runs prepared (planning it took a fifth of its time), so after a few runs its plan is
-     * a generic one, made without knowing how many ids a flush names and with whatever
-     * statistics `jobs` has. Hence its shape: every part reaches `jobs` by primary key from an
+     * It runs with its generic plan (JobQueueDatabase.runGenericPlan: planning it took more
+     * than running a small flush), made without knowing how many ids a flush names and with
+     * whatever statistics `jobs` has. Hence its shape: every part reaches `jobs` by primary key from an
      * array of ids (`id = any`, `heldBy`), and takes each job's outcome from a jsonb object by
      * id or a hashed set, never from a join. A join to a list of outcomes was planned as a
      * nested loop over the list per row (quadratic), or as a scan of every job the worker

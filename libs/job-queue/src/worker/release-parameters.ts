@@ -8,7 +8,7 @@ import type { FlushReleases, FlushWritten, ReleaseBatch } from './release-batche
  */
 export function writeReleases(db: JobQueueDatabase, workerId: string, keepCompleted: boolean, audience: () => string | null): FlushReleases {
   return async (batch) => {
-    // its generic plan: a flush of a few jobs was planned at every call, at four times its run's cost
+    // its generic plan: a flush of a few jobs was planned at every call, planning costing more than the run
     const [written] = await db.runGenericPlan<FlushWritten>('releaseJobs', RELEASE_TYPES, releaseParameters(workerId, batch, keepCompleted, audience()));
     return written;
   };
