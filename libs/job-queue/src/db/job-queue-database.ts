@@ -9,6 +9,7 @@ import { JobQueueError } from '../core/errors';
 import { runJobQueueMigrations } from './run-migrations';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
+import { onBorrowedConnection } from './borrowed-connection';
 import { DirectPool } from './direct-pool';
 import { inlineParameters, type InlineValue } from './inline-parameters';
 import { executePrepared, isResultTypeChanged, type MessageStatement } from './sql-prepared';
@@ -178,24 +179,13 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    */
   async runGenericPlan<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[]): Promise<Row[]> {
     if (this.options.transactionPooling) return this.runOn(this.pool, statement, [...values]);
-    const send = async () => {
-      const client = await this.pool.connect();
-      const lost = () => undefined; // told as the query's rejection too (unheard, the event would be thrown)
-      client.on('error', lost);
-      try {
+    const send = () =>
+      onBorrowedConnection(this.pool, async (client) => {
         const message = this.inMessage(client, statement, types, values);
         if (message.preparation) await client.query(`${GENERIC_BEGIN}; ${message.preparation}; commit`);
         const results = (await client.query(`${GENERIC_BEGIN}; ${message.statement}; commit`)) as unknown as Array<QueryResult<Row>>;
-        const rows = results[results.length - 2].rows;
-        client.release();
-        return rows;
-      } catch (error) {
-        client.release(error instanceof Error ? error : true);
-        throw error;
-      } finally {
-        client.off('error', lost);
-      }
-    };
+        return results[results.length - 2].rows;
+      });
     return send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
   }
 

@@ -1,4 +1,5 @@
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
+import { onBorrowedConnection } from '../db/borrowed-connection';
 import { isResultTypeChanged } from '../db/sql-prepared';
 import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
 
@@ -117,21 +118,7 @@ export class ClaimConnection {
    * be in a transaction.
    */
   private async onConnection<T>(work: (client: PoolClient, begin: string) => Promise<T>): Promise<T> {
-    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) {
-      const client = await this.pool().connect();
-      const lost = () => undefined; // told as the query's rejection too (unheard, the event would be thrown)
-      client.on('error', lost);
-      try {
-        const result = await work(client, LOCAL_BEGIN);
-        client.release();
-        return result;
-      } catch (error) {
-        client.release(error instanceof Error ? error : true);
-        throw error;
-      } finally {
-        client.off('error', lost);
-      }
-    }
+    if (this.pool().options.max <= QUEUE_OWN_CONNECTIONS) return onBorrowedConnection(this.pool(), (client) => work(client, LOCAL_BEGIN));
     const client = await this.kept();
     try {
       return await work(client, this.pooled ? LOCAL_BEGIN : BEGIN);
