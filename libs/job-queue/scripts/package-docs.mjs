@@ -35,9 +35,9 @@ export function writePackageDocs() {
   writeFileSync(join(lib, 'README.md'), packageReadme(readFileSync(join(repo, 'README.md'), 'utf8')));
   copyFileSync(join(repo, 'LICENSE'), join(lib, 'LICENSE'));
   // The user's documents, so that the README's relative links work in node_modules too: the
-  // guides, the guarantees, the benchmark (and its earlier rounds) and the images they show (not the maintainers' notes).
+  // guides, the guarantees, the benchmark (and its earlier rounds), scaling and the images they show (not the maintainers' notes).
   rmSync(join(lib, 'docs'), { recursive: true, force: true });
-  for (const path of ['guides', 'images', 'guarantees.md', 'benchmark.md', 'benchmark-history.md']) {
+  for (const path of ['guides', 'images', 'guarantees.md', 'benchmark.md', 'benchmark-history.md', 'scaling.md']) {
     cpSync(join(repo, 'docs', path), join(lib, 'docs', path), { recursive: true });
   }
 }
