@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
-import type { ClientBase, Pool, PoolConfig, QueryResult, QueryResultRow } from 'pg';
+import type { ClientBase, Pool, PoolConfig, QueryResultRow } from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
 import { createJobQueueMigrations } from './migrations';
 import { createJobQueueEntities, JobQueueEntities } from '../entities/job-queue-entities';
@@ -12,7 +12,7 @@ import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options
 import { onBorrowedConnection } from './borrowed-connection';
 import { DirectPool } from './direct-pool';
 import { inlineParameters, type InlineValue } from './inline-parameters';
-import { executePrepared, isResultTypeChanged, type MessageStatement } from './sql-prepared';
+import { executePrepared, isResultTypeChanged, sendInOneMessage, type MessageStatement } from './sql-prepared';
 import { migrateBesidePooler } from './pooled-migrations';
 import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatementClash, transactionPoolerFound } from './pooler-check';
 
@@ -150,7 +150,8 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    */
   async runOn<Row extends QueryResultRow>(client: Pool | ClientBase, statement: Statement, values: unknown[]): Promise<Row[]> {
     if (!this.options.preparedStatements && !this.direct?.has(client)) return (await client.query<Row>(this.sql[statement], values)).rows;
-    const prepared = () => client.query<Row>(this.named(statement, values));
+    const prepared = () =>
+      client.query<Row>({ name: `jq_${this.options.schema}_${this.generation}_${statement}`, text: this.sql[statement], values });
     try {
       return (await prepared()).rows;
     } catch (error) {
@@ -180,18 +181,11 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   async runGenericPlan<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[]): Promise<Row[]> {
     if (this.options.transactionPooling) return this.runOn(this.pool, statement, [...values]);
     const send = () =>
-      onBorrowedConnection(this.pool, async (client) => {
-        const message = this.inMessage(client, statement, types, values);
-        if (message.preparation) await client.query(`${GENERIC_BEGIN}; ${message.preparation}; commit`);
-        const results = (await client.query(`${GENERIC_BEGIN}; ${message.statement}; commit`)) as unknown as Array<QueryResult<Row>>;
-        return results[results.length - 2].rows;
+      onBorrowedConnection(this.pool, (client) => {
+        const { preparation, statement: execute } = this.inMessage(client, statement, types, values);
+        return sendInOneMessage<Row>(client, GENERIC_BEGIN, { preparation, statements: [execute] });
       });
     return send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
-  }
-
-  /** A statement as node-pg's named prepared statement, its name bearing the schema and the generation. */
-  private named(statement: Statement, values: unknown[]): { name: string; text: string; values: unknown[] } {
-    return { name: `jq_${this.options.schema}_${this.generation}_${statement}`, text: this.sql[statement], values };
   }
 
   /** In order: the given DataSource, the named or default @nestjs/typeorm one, one of our own. */

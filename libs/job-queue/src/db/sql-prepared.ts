@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { ClientBase } from 'pg';
+import type { ClientBase, QueryResult, QueryResultRow } from 'pg';
 import { sqlLiteral, type InlineValue } from './inline-parameters';
 
 /**
@@ -36,6 +36,19 @@ export function executePrepared(client: ClientBase, schema: string, statement: s
   prepared.add(name);
   // The generic plan ignores the values: nulls spare the server parsing a large literal twice.
   return { preparation: `prepare ${name} (${types.join(', ')}) as ${text}; explain execute ${name}(${values.map(() => 'null').join(', ')})`, statement: execute };
+}
+
+/**
+ * Sends `statements` on `client` as one transaction begun by `begin`, in one message (the
+ * simple query protocol: no parameters), `preparation` first in a transaction of its own; the
+ * last statement's rows. The claim's messages (worker/claim-connection.ts oneMessage) and the
+ * release's (JobQueueDatabase.runGenericPlan) go this way.
+ */
+export async function sendInOneMessage<Row extends QueryResultRow>(client: ClientBase, begin: string, { preparation, statements }: { preparation?: string; statements: string[] }): Promise<Row[]> {
+  if (preparation) await client.query(`${begin}; ${preparation}; commit`);
+  const results = (await client.query([begin, ...statements, 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
+  if (!Array.isArray(results) || results.length < 3) throw new Error('a message of several statements was answered as one');
+  return results[results.length - 2].rows;
 }
 
 /** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */

@@ -1,6 +1,6 @@
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
 import { onBorrowedConnection } from '../db/borrowed-connection';
-import { isResultTypeChanged } from '../db/sql-prepared';
+import { isResultTypeChanged, sendInOneMessage } from '../db/sql-prepared';
 import { QUEUE_OWN_CONNECTIONS } from '../db/pool-size';
 
 /**
@@ -101,13 +101,7 @@ export class ClaimConnection {
    */
   async oneMessage<Row extends QueryResultRow>(message: (client: PoolClient) => ClaimMessage): Promise<Row[]> {
     const send = () =>
-      this.onConnection(async (client, begin) => {
-        const { preparation, statements } = message(client);
-        if (preparation) await client.query(`${begin}; ${preparation}; commit`);
-        const results = (await client.query([begin, ...statements, 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
-        if (!Array.isArray(results) || results.length < 3) throw new Error('a claim message of several statements was answered as one');
-        return results[results.length - 2].rows;
-      });
+      this.onConnection((client, begin) => sendInOneMessage<Row>(client, begin, message(client)));
     return send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
   }
 
