@@ -112,7 +112,6 @@ type Counted = { started: number; added: number; cpuMicros: number };
 /** A system's bench connection, processes, and the starts its workers reported. */
 interface Run {
   bench: Queryable;
-  workers: SustainedProcess[];
   producers: SustainedProcess[];
   counts(): Promise<Counted>;
   samples: number[];
@@ -151,13 +150,13 @@ async function onSystem(
       if (failed) throw failed.reason;
       return opening.map((o) => (o as PromiseFulfilledResult<SustainedProcess>).value);
     };
-    const workers = await open('worker');
+    await open('worker');
     const producers = await open('producer');
     const counts = async (): Promise<Counted> => {
       const all = await Promise.all(processes.map((p) => p.counts()));
       return all.reduce((sum, c) => ({ started: sum.started + c.started, added: sum.added + c.added, cpuMicros: sum.cpuMicros + c.cpuMicros }), { started: 0, added: 0, cpuMicros: 0 });
     };
-    const run: Run = { bench, workers, producers, counts, samples, notAdded: 0 };
+    const run: Run = { bench, producers, counts, samples, notAdded: 0 };
     if (measureBase) await measureBase(run);
     else {
       step(`sustained: ${system}, warm-up: ${WARM_UP_S} s at the first step's rate`);
@@ -265,16 +264,16 @@ function capacityOf(run: Run): Promise<number> {
 }
 
 /** `count` jobs without a timestamp inserted at once, timed from the "go" to their last start as the workers count them: jobs/s. */
-async function drainOf({ bench, workers }: Run, count: number): Promise<number> {
-  const startedBefore = (await Promise.all(workers.map((w) => w.counts()))).reduce((sum, c) => sum + c.started, 0);
+async function drainOf({ bench, counts }: Run, count: number): Promise<number> {
+  const startedBefore = (await counts()).started;
   await insertJobs(bench, count);
   const go = performance.now();
   await notifyWorkers(bench);
   const deadline = Date.now() + drainTimeoutMs(count);
   for (;;) {
-    const started = (await Promise.all(workers.map((w) => w.counts()))).reduce((sum, c) => sum + c.started, 0);
-    if (started - startedBefore >= count) return (count * 1000) / (performance.now() - go);
-    if (Date.now() > deadline) throw new Error(`only ${started - startedBefore} of ${count} jobs ran in the drain`);
+    const started = (await counts()).started - startedBefore;
+    if (started >= count) return (count * 1000) / (performance.now() - go);
+    if (Date.now() > deadline) throw new Error(`only ${started} of ${count} jobs ran in the drain`);
     await sleep(10);
   }
 }
