@@ -16,7 +16,7 @@ describe('ctx.rateLimited across worker processes', () => {
     (await s.sql.query<{ job_id: string; pid: number; started_at: Date }>('select job_id::text, pid, started_at from partner_runs where job_id = any($1::bigint[]) order by started_at', [ids])).rows;
 
   it('holds the task on every worker until retryAfter, without spending the attempt; other tasks run meanwhile', async () => {
-    await s.start(2, { concurrency: 4, env: { LIMITED: '1' } });
+    const workers = await s.start(2, { concurrency: 4, env: { LIMITED: '1', PRINT_PAUSES: '1' } });
     const limited = await s.t.jobs.add('partner' as never, { retryAfter: 2500 } as never);
     await waitFor('the first run to be told 429', async () => (await partnerRuns([limited.id])).length === 1);
     let until: Date | undefined;
@@ -24,6 +24,11 @@ describe('ctx.rateLimited across worker processes', () => {
       until = (await s.t.jobs.listPaused()).find((p) => p.kind === 'task' && p.name === 'partner')?.until;
       return until !== undefined;
     });
+    // A pause holds the claims that begin after a worker has read it (control/controls.ts): a
+    // claim begun before the hold's notification could take jobs added after the hold's commit
+    // (3 starts during the hold, once, on an overloaded machine). So the jobs are added once
+    // every process has read the hold, as pause.test.ts does.
+    await Promise.all(workers.map((w) => w.waitForOutput('the hold read', /^paused task:partner$/m)));
     const held = (await s.t.jobs.addMany(Array.from({ length: 6 }, (_, n) => ({ identifier: 'partner' as never, payload: { n } as never })))).map((job) => job.id);
     const others = (await s.t.jobs.addMany(Array.from({ length: 6 }, (_, n) => ({ identifier: 'record' as never, payload: { n } as never })))).map((job) => job.id);
     await waitFor('the other task to run during the hold', async () => (await s.sql.query('select 1 from runs where job_id = any($1::bigint[])', [others])).rowCount === others.length);
