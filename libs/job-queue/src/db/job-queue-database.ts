@@ -19,6 +19,12 @@ import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatement
 /** How runGenericPlan's transactions begin: the generic plan for their EXECUTE. */
 const GENERIC_BEGIN = 'begin; set local plan_cache_mode = force_generic_plan';
 
+/** runGenericPlan's statement without its NOTIFY (`quiet`), and what to send after its commit instead. */
+export interface AfterCommit {
+  quiet: Statement;
+  statements: readonly string[];
+}
+
 /** The name of a statement of sql/queries.ts. */
 export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel' | 'eventsChannel' | 'lockTaskLimitOf'>;
 
@@ -177,13 +183,19 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    * is logged with them by the server (log_min_error_statement, `error` by default). Through
    * a transaction-mode pooler, as runOn: no SQL PREPARE lasts from one transaction to the next
    * there, and a statement written in whole would be planned at every call.
+   *
+   * With `after`, the message carries `after.quiet` (the statement without its NOTIFY) and
+   * then, past the commit, `after.statements` (the NOTIFY, sql/notify-after.ts says why); the
+   * statement itself still goes through a pooler. Should a NOTIFY there fail (the server's
+   * notification queue full), the call fails though its transaction committed, as when a
+   * connection breaks before a commit's answer.
    */
-  async runGenericPlan<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[]): Promise<Row[]> {
+  async runGenericPlan<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[], after?: AfterCommit): Promise<Row[]> {
     if (this.options.transactionPooling) return this.runOn(this.pool, statement, [...values]);
     const send = () =>
       onBorrowedConnection(this.pool, (client) => {
-        const { preparation, statement: execute } = this.inMessage(client, statement, types, values);
-        return sendInOneMessage<Row>(client, GENERIC_BEGIN, { preparation, statements: [execute] });
+        const { preparation, statement: execute } = this.inMessage(client, after?.quiet ?? statement, types, values);
+        return sendInOneMessage<Row>(client, GENERIC_BEGIN, { preparation, statements: [execute], afterCommit: after?.statements });
       });
     return send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
   }

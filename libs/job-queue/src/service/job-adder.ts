@@ -6,6 +6,7 @@ import { toTraceColumns, traceValues, type TraceColumns } from '../core/trace-co
 import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from '../core/typed-tasks';
 import type { ValidJob } from '../core/validate-job-spec';
 import { JobQueueDatabase } from '../db/job-queue-database';
+import { notifyIfDue } from '../sql/notify-after';
 import { AmbientTransaction } from '../peers/ambient-transaction';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { addedJobs, type AddedRow } from './added-jobs';
@@ -13,6 +14,9 @@ import { checkManager } from './check-manager';
 import { addDeduped, lockJobKeys } from './deduped-add';
 import { JobSpecValidator } from './job-spec-validator';
 import { LocalStart, type LocalSlot } from './local-start';
+
+/** The SQL types of addJobKeyless's parameters, in order. */
+const KEYLESS_TYPES = ['text', 'jsonb', 'text', 'timestamptz', 'integer', 'integer', 'text[]', 'uuid', 'bigint', 'smallint', 'text'];
 
 /**
  * The data path's first step (add → row + NOTIFY → claim → run → release), behind
@@ -43,7 +47,8 @@ export class JobAdder {
         const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
         const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
         if (slot) return this.addStarted(job, keyless, trace, slot);
-        return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
+        if (manager) return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
+        return addedJobs([job], await this.addInOwnTransaction(job, trace), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const addKeyed = async (into?: EntityManager) => {
@@ -53,6 +58,16 @@ export class JobAdder {
       return job.dedupeForMs === null ? addKeyed(manager) : addDeduped(this.db, { ...job, jobKey: job.jobKey, dedupeForMs: job.dedupeForMs }, manager, addKeyed);
     });
     return added as Job<TaskPayload<Name>>;
+  }
+
+  /**
+   * addJobKeyless in a transaction of ours, its NOTIFY sent after the commit (sql/notify-after.ts
+   * says why), in one message with its generic plan.
+   */
+  private addInOwnTransaction(job: ValidJob, trace: TraceColumns | null): Promise<AddedRow[]> {
+    const runAt = job.runAt?.toISOString() ?? null;
+    const values = [job.identifier, job.payloadJson, job.queueName, runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
+    return this.db.runGenericPlan<AddedRow>('addJobKeyless', KEYLESS_TYPES, values, { quiet: 'addJobKeylessQuiet', statements: [notifyIfDue(this.db.sql.channel, runAt)] });
   }
 
   /** A free slot of this process's worker for `job`, if it can start there at once (service/local-start.ts). */

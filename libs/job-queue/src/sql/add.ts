@@ -25,6 +25,19 @@ const GROUPED_TAIL = '$10::text, $11::uuid, $12::bigint, $13::smallint';
 const ADDED_TIMES = `${epochMicroseconds('inserted.run_at')} as run_at_us, ${epochMicroseconds('inserted.created_at')} as created_at_us`;
 
 export function createAddQueries(s: string, channel: string) {
+  /** addJobKeyless (see its comment), NOTIFYing the workers itself when the job is due (`notify`) or not (addJobKeylessQuiet). */
+  const addKeyless = (notify: boolean) => `
+      with queue as (
+        insert into ${s}.job_queues (queue_name) select $3::text where $3::text is not null on conflict do nothing
+      ),
+      inserted as (
+        insert into ${s}.jobs (${KEYLESS_COLUMNS})
+        values (${KEYLESS_VALUES})
+        returning id, run_at, created_at
+      )${notify ? `,
+      notified as (select pg_notify('${channel}', '') from inserted where run_at <= now())` : ''}
+      select inserted.id, ${ADDED_TIMES} from inserted${notify ? ' left join notified on true' : ''}`;
+
   return {
     /**
      * A job with a job key: add_grouped_job() (add_job() with the group and the trace context,
@@ -40,17 +53,13 @@ export function createAddQueries(s: string, channel: string) {
      * $4 run_at, $5 max_attempts, $6 priority, $7 flags, $8 $9 $10 the trace id, span id and
      * trace flags of the span that adds it, or nulls, $11 its group or null.
      */
-    addJobKeyless: `
-      with queue as (
-        insert into ${s}.job_queues (queue_name) select $3::text where $3::text is not null on conflict do nothing
-      ),
-      inserted as (
-        insert into ${s}.jobs (${KEYLESS_COLUMNS})
-        values (${KEYLESS_VALUES})
-        returning id, run_at, created_at
-      ),
-      notified as (select pg_notify('${channel}', '') from inserted where run_at <= now())
-      select inserted.id, ${ADDED_TIMES} from inserted left join notified on true`,
+    addJobKeyless: addKeyless(true),
+    /**
+     * addJobKeyless without its NOTIFY: an add in a transaction of our own (no caller's
+     * manager) sends that after the commit, in a transaction of its own
+     * (JobQueueDatabase.runGenericPlan, `afterCommit`; sql/notify-after.ts notifyIfDue).
+     */
+    addJobKeylessQuiet: addKeyless(false),
     /**
      * addJobKeyless for a due job of no named queue that a worker of the adding process has
      * kept a free slot for (service/local-start.ts): inserted already claimed by worker $11,

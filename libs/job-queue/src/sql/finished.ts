@@ -3,6 +3,7 @@
  * a job that completes, fails for good or is cancelled leaves `jobs` for `finished_jobs`, and
  * its waiters are told. Used by sql/release.ts, sql/workers.ts, sql/maintenance.ts, sql/operations.ts.
  */
+import { MAX_TOLD_IDS_LENGTH } from './notify-after';
 
 /**
  * The insert that keeps jobs deleted from `jobs` (rows of the CTE `source`, 'name alias', with the columns
@@ -54,5 +55,5 @@ export const cancelledError = (r: string) => `'JQ_JOB_CANCELLED: ' || coalesce($
 
 /** Tells waiters (waitForJob) the ids of the rows of CTE `source`, in one notification ('*' when too many to list). */
 export const tellFinished = (finishedChannel: string, source: string) => `
-  select pg_notify('${finishedChannel}', case when length(ids) <= 7900 then ids else '*' end)
+  select pg_notify('${finishedChannel}', case when length(ids) <= ${MAX_TOLD_IDS_LENGTH} then ids else '*' end)
   from (select string_agg(id::text, ',') as ids from ${source}) listed where ids is not null`;

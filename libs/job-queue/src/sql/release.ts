@@ -53,50 +53,8 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
     ),
     woken as (select pg_notify('${channel}', '') from unlocked limit 1)`;
 
-  return {
-    /**
-     * One flush of the release batches for worker $1. Only rows this worker still holds are
-     * touched: a job it lost (rescued after a stall, say) is not its to write.
-     *
-     * - Jobs that finish leave `jobs` for `finished_jobs` (`finished`, `kept`): the ones that
-     *   succeeded ($2 ids; $3 their results, a jsonb object by id, holding those that returned
-     *   something), the failures that were their last attempt, and any job whose cancel was
-     *   requested, which ends `cancelled` whatever its handler did. A success is kept only if
-     *   $9 (retention.completed is not 0) or it belongs to a flow (waitForFlow reads it; the
-     *   insert also settles its flow: the trigger of migration Flows1764300000000); the others always are (the cleaner deletes what its
-     *   retention says). A success not kept takes its durable steps (job_steps) along (`unkept`).
-     * - The other failures ($4 ids; $5 a jsonb object by id of `{message, code, delay_ms}`) are
-     *   unlocked with the error appended to `errors` (the latest MAX_KEPT_ERRORS kept), run_at
-     *   moved (their queue place kept in first_run_at). A failure that brings a `payload` (a batch
-     *   job's elements that failed) replaces the job's payload, kept or retried. Two codes steer the outcome (core/handler-outcomes.ts):
-     *   JQ_JOB_FAILED_FOR_GOOD ends the job failed whatever attempts it has left; JQ_JOB_SNOOZED
-     *   retries it with its attempt given back, even on its last one.
-     * - Jobs still running get their start mark ($6: prefetched jobs whose handlers began
-     *   since) and progress ($7 ids; $8 a jsonb object by id; a finishing job's last progress
-     *   rides on its own row).
-     * - Waiters (waitForJob) hear the finished ids on the finished channel: one NOTIFY per flush.
-     * - Listeners of cluster-wide events hear what $10 (the merged filter of the live
-     *   listeners, jsonb; null when there are none) wants: one NOTIFY per flush, or a few when
-     *   they do not fit one (sql/queue-events.ts). With null, nothing is built.
-     *
-     * A keyed job can be row-locked by a caller for as long as the caller's transaction lasts
-     * (add_job replacing it while it runs): the rows named here that this worker holds are
-     * read once (`mine`), the keyed ones among them taken SKIP LOCKED (`held`), and those
-     * someone holds come back in `busy` for a later flush, so that one lock holds up one job
-     * and never the worker's others. So do the rare rows a concurrent cancel changed under
-     * this statement. Keyless rows nobody locks for long: they are taken directly, which
-     * spares the drain a lock record per job.
-     *
-     * It runs with its generic plan (JobQueueDatabase.runGenericPlan: planning it took more
-     * than running a small flush), made without knowing how many ids a flush names and with
-     * whatever statistics `jobs` has. Hence its shape: every part reaches `jobs` by primary key from an
-     * array of ids (`id = any`, `heldBy`), and takes each job's outcome from a jsonb object by
-     * id or a hashed set, never from a join. A join to a list of outcomes was planned as a
-     * nested loop over the list per row (quadratic), or as a scan of every job the worker
-     * holds, or of the whole table when the statistics said it was empty
-     * (test/worker/release-plan.test.ts).
-     */
-    releaseJobs: `
+  /** releaseJobs (see its comment), telling the waiters itself (`tell`) or leaving that to a NOTIFY sent after its commit (releaseJobsQuiet). */
+  const releaseJobs = (tell: boolean) => `
       with mine as materialized (
         select j.id, j.key, 'completed' as part from ${s}.jobs j where j.id = any($2::bigint[]) and ${heldUnder('j', '$1')}
         union all
@@ -183,14 +141,65 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
       )}),
       released as (select queue_name from finished union all select queue_name from retried),
       ${unlockQueuesOf('released', '$1')},
-      told as (${tellFinished(finished, 'finished')}),
+      ${tell ? `told as (${tellFinished(finished, 'finished')}),` : ''}
       busy as (
         select m.id from mine m
         where m.part in ('completed', 'failed') and m.id not in (select id from finished) and m.id not in (select id from retried)
       )
       select (select count(*) from released)::int as released, (select count(*) from woken)::int as woken,
-             (select count(*) from told)::int as told, (select count(*) from published)::int as published, array(select id::text from busy) as busy,
-             (select coalesce(json_agg(json_build_object('id', id::text, 'reason', cancel_reason)), '[]') from finished where state = 'cancelled') as cancelled`,
+             ${tell ? '(select count(*) from told)::int' : '0'} as told, (select count(*) from published)::int as published, array(select id::text from busy) as busy,
+             (select coalesce(json_agg(json_build_object('id', id::text, 'reason', cancel_reason)), '[]') from finished where state = 'cancelled') as cancelled`;
+
+  return {
+    /**
+     * One flush of the release batches for worker $1. Only rows this worker still holds are
+     * touched: a job it lost (rescued after a stall, say) is not its to write.
+     *
+     * - Jobs that finish leave `jobs` for `finished_jobs` (`finished`, `kept`): the ones that
+     *   succeeded ($2 ids; $3 their results, a jsonb object by id, holding those that returned
+     *   something), the failures that were their last attempt, and any job whose cancel was
+     *   requested, which ends `cancelled` whatever its handler did. A success is kept only if
+     *   $9 (retention.completed is not 0) or it belongs to a flow (waitForFlow reads it; the
+     *   insert also settles its flow: the trigger of migration Flows1764300000000); the others always are (the cleaner deletes what its
+     *   retention says). A success not kept takes its durable steps (job_steps) along (`unkept`).
+     * - The other failures ($4 ids; $5 a jsonb object by id of `{message, code, delay_ms}`) are
+     *   unlocked with the error appended to `errors` (the latest MAX_KEPT_ERRORS kept), run_at
+     *   moved (their queue place kept in first_run_at). A failure that brings a `payload` (a batch
+     *   job's elements that failed) replaces the job's payload, kept or retried. Two codes steer the outcome (core/handler-outcomes.ts):
+     *   JQ_JOB_FAILED_FOR_GOOD ends the job failed whatever attempts it has left; JQ_JOB_SNOOZED
+     *   retries it with its attempt given back, even on its last one.
+     * - Jobs still running get their start mark ($6: prefetched jobs whose handlers began
+     *   since) and progress ($7 ids; $8 a jsonb object by id; a finishing job's last progress
+     *   rides on its own row).
+     * - Waiters (waitForJob) hear the finished ids on the finished channel: one NOTIFY per flush.
+     * - Listeners of cluster-wide events hear what $10 (the merged filter of the live
+     *   listeners, jsonb; null when there are none) wants: one NOTIFY per flush, or a few when
+     *   they do not fit one (sql/queue-events.ts). With null, nothing is built.
+     *
+     * A keyed job can be row-locked by a caller for as long as the caller's transaction lasts
+     * (add_job replacing it while it runs): the rows named here that this worker holds are
+     * read once (`mine`), the keyed ones among them taken SKIP LOCKED (`held`), and those
+     * someone holds come back in `busy` for a later flush, so that one lock holds up one job
+     * and never the worker's others. So do the rare rows a concurrent cancel changed under
+     * this statement. Keyless rows nobody locks for long: they are taken directly, which
+     * spares the drain a lock record per job.
+     *
+     * It runs with its generic plan (JobQueueDatabase.runGenericPlan: planning it took more
+     * than running a small flush), made without knowing how many ids a flush names and with
+     * whatever statistics `jobs` has. Hence its shape: every part reaches `jobs` by primary key from an
+     * array of ids (`id = any`, `heldBy`), and takes each job's outcome from a jsonb object by
+     * id or a hashed set, never from a join. A join to a list of outcomes was planned as a
+     * nested loop over the list per row (quadratic), or as a scan of every job the worker
+     * holds, or of the whole table when the statistics said it was empty
+     * (test/worker/release-plan.test.ts).
+     */
+    releaseJobs: releaseJobs(true),
+    /**
+     * releaseJobs without the NOTIFY to waiters: the worker sends that after the commit, in a
+     * transaction of its own (JobQueueDatabase.runGenericPlan, `afterCommit`; sql/notify-after.ts).
+     * `told` is 0.
+     */
+    releaseJobsQuiet: releaseJobs(false),
 
     /**
      * Completes job $2 of worker $1 inside the handler's own transaction (a `transaction: true`

@@ -1,5 +1,6 @@
 import type { JobQueueDatabase } from '../db/job-queue-database';
 import type { InlineValue } from '../db/inline-parameters';
+import { notifyFinished } from '../sql/notify-after';
 import type { FlushReleases, FlushWritten, ReleaseBatch } from './release-batcher';
 
 /**
@@ -9,7 +10,9 @@ import type { FlushReleases, FlushWritten, ReleaseBatch } from './release-batche
 export function writeReleases(db: JobQueueDatabase, workerId: string, keepCompleted: boolean, audience: () => string | null): FlushReleases {
   return async (batch) => {
     // its generic plan: a flush of a few jobs was planned at every call, planning costing more than the run
-    const [written] = await db.runGenericPlan<FlushWritten>('releaseJobs', RELEASE_TYPES, releaseParameters(workerId, batch, keepCompleted, audience()));
+    // and its NOTIFY to waiters after the commit (sql/notify-after.ts says why)
+    const told = notifyFinished(db.sql.finishedChannel, [...batch.completed.map((job) => job.id), ...batch.failed.map((job) => job.id)]);
+    const [written] = await db.runGenericPlan<FlushWritten>('releaseJobs', RELEASE_TYPES, releaseParameters(workerId, batch, keepCompleted, audience()), { quiet: 'releaseJobsQuiet', statements: told });
     return written;
   };
 }

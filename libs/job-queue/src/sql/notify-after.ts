@@ -1,0 +1,35 @@
+/**
+ * NOTIFYs sent after a commit, in a transaction of their own, by the statements that run in a
+ * transaction of ours (JobQueueDatabase.runGenericPlan's `afterCommit`): an add without a
+ * caller's manager (addJobKeylessQuiet) and a release (releaseJobsQuiet).
+ *
+ * Why: PostgreSQL queues notifications under one lock for the whole server, which a transaction
+ * that NOTIFYs takes at its commit and holds until its commit record is flushed to disk. So
+ * every add and release that NOTIFYs in its own transaction waits for the fsyncs of the others
+ * in turn, and none shares another's flush: under a steady stream of single adds from several
+ * processes, those waits were the queue's p99 (docs/benchmark.md, "Sustained load"). A NOTIFY
+ * alone writes no WAL and holds the lock for microseconds. A listener still hears it only once
+ * the job's (or the release's) transaction committed, as before. An add in a caller's
+ * transaction NOTIFYs in it, as it must: only its commit may wake a worker.
+ */
+import { quoteLiteral } from './identifier';
+
+/** The longest list of ids one NOTIFY of the finished channel carries; a longer one is told as '*' (a payload must stay under 8,000 bytes). */
+export const MAX_TOLD_IDS_LENGTH = 7900;
+
+/** The NOTIFY addJobKeyless sends: the jobs channel, if the job added for `runAt` (ISO text; null for now) is due by the server's clock. */
+export function notifyIfDue(channel: string, runAt: string | null): string {
+  const due = runAt === null ? '' : ` where ${quoteLiteral(runAt)}::timestamptz <= now()`;
+  return `select pg_notify(${quoteLiteral(channel)}, '')${due}`;
+}
+
+/**
+ * The NOTIFY releaseJobs sends to waiters (sql/finished.ts tellFinished), naming every job a
+ * flush completed or failed: a failure that is retried names a job that has not finished, and
+ * its waiter reads it and waits on. None when `ids` is empty.
+ */
+export function notifyFinished(channel: string, ids: readonly string[]): string[] {
+  if (ids.length === 0) return [];
+  const listed = ids.join(',');
+  return [`select pg_notify(${quoteLiteral(channel)}, ${quoteLiteral(listed.length <= MAX_TOLD_IDS_LENGTH ? listed : '*')})`];
+}
