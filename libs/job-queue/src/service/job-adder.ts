@@ -67,7 +67,7 @@ export class JobAdder {
   private addInOwnTransaction(job: ValidJob, trace: TraceColumns | null): Promise<AddedRow[]> {
     const runAt = job.runAt?.toISOString() ?? null;
     const values = [job.identifier, job.payloadJson, job.queueName, runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
-    return this.db.runGenericPlan<AddedRow>('addJobKeyless', KEYLESS_TYPES, values, { quiet: 'addJobKeylessQuiet', statements: [notifyIfDue(this.db.sql.channel, runAt)] });
+    return this.db.runGenericPlan<AddedRow>('addJobKeyless', KEYLESS_TYPES, values, { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, runAt) });
   }
 
   /** A free slot of this process's worker for `job`, if it can start there at once (service/local-start.ts). */
