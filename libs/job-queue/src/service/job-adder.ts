@@ -62,12 +62,12 @@ export class JobAdder {
 
   /**
    * addJobKeyless in a transaction of ours, its NOTIFY sent after the commit (sql/notify-after.ts
-   * says why), in one message with its generic plan.
+   * says why), in one message.
    */
   private addInOwnTransaction(job: ValidJob, trace: TraceColumns | null): Promise<AddedRow[]> {
     const runAt = job.runAt?.toISOString() ?? null;
     const values = [job.identifier, job.payloadJson, job.queueName, runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
-    return this.db.runGenericPlan<AddedRow>('addJobKeyless', KEYLESS_TYPES, values, { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, runAt) });
+    return this.db.runThenNotify<AddedRow>('addJobKeyless', KEYLESS_TYPES, values, { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, runAt) });
   }
 
   /** A free slot of this process's worker for `job`, if it can start there at once (service/local-start.ts). */
