@@ -1,0 +1,98 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Client, PoolClient } from 'pg';
+import type { ClaimToken } from '../../libs/job-queue/src/core/claim-token';
+import { JobQueueDatabase } from '../../libs/job-queue/src/db/job-queue-database';
+import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
+import type { ReleaseBatch } from '../../libs/job-queue/src/worker/release-batcher';
+import { writeReleases } from '../../libs/job-queue/src/worker/release-parameters';
+import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { NotificationRecorder } from '../support/notifications';
+
+/**
+ * An add in a transaction of ours and a release send their NOTIFY after their commit, in a
+ * transaction of their own that does not wait for its flush (sql/notify-after.ts: PostgreSQL's
+ * notification lock is held from a NOTIFYing commit until its WAL flush). What a user relies on:
+ * a due job wakes the workers and one added for later does not, a waiter hears every job a flush
+ * ended, and the pool's connections come back as they went: every later transaction on them (the
+ * app's own data) still commits synchronously, in no transaction left open.
+ */
+describe('the NOTIFY after the commit', () => {
+  let db: TestDatabase;
+  let sql: Client;
+  let t: TestApp;
+  let database: JobQueueDatabase;
+  let jobsChannel: NotificationRecorder;
+  let finishedChannel: NotificationRecorder;
+
+  before(async () => {
+    ({ db, sql, t } = await openTestApp('notify_after', { jobQueue: { worker: false, externalTasks: '*' } }));
+    database = t.app.get(JobQueueDatabase);
+    jobsChannel = await NotificationRecorder.listen(db.url, database.sql.channel);
+    finishedChannel = await NotificationRecorder.listen(db.url, database.sql.finishedChannel);
+    await sql.query(`insert into job_queue.workers (id) values ('notify-worker')`);
+  });
+  after(async () => {
+    await jobsChannel.end();
+    await finishedChannel.end();
+    await closeTestApp({ db, sql, t });
+  });
+
+  /** What every idle connection of the pool says of synchronous_commit and of an open transaction. */
+  async function poolSettings(): Promise<Array<{ synchronous_commit: string; in_transaction: boolean }>> {
+    const clients: PoolClient[] = [];
+    try {
+      for (let idle = database.pool.idleCount; clients.length < idle; ) clients.push(await database.pool.connect());
+      return await Promise.all(
+        clients.map(async (client) => {
+          const { rows } = await client.query<{ synchronous_commit: string; in_transaction: boolean }>(
+            `select current_setting('synchronous_commit') as synchronous_commit, now() <> statement_timestamp() as in_transaction`,
+          );
+          return rows[0];
+        }),
+      );
+    } finally {
+      for (const client of clients) client.release();
+    }
+  }
+
+  it('an add without a manager: one NOTIFY per due job, none for one added for later; the connections stay synchronous', async () => {
+    await jobsChannel.barrier();
+    const added = await Promise.all(Array.from({ length: 8 }, (_, n) => t.jobs.add('work' as never, { n } as never)));
+    const later = await t.jobs.add('work' as never, {} as never, { runAt: new Date(Date.now() + 3_600_000) });
+    assert.equal(later.state, 'scheduled');
+    assert.deepEqual(await jobsChannel.barrier(), Array(8).fill(''), 'one NOTIFY per due add, none for the later one');
+    assert.equal((await sql.query('select 1 from job_queue.jobs where id = any($1::bigint[])', [[...added.map((job) => job.id), later.id]])).rowCount, 9);
+    const settings = await poolSettings();
+    assert.ok(settings.length >= 2, `the adds used several connections: ${settings.length}`);
+    assert.deepEqual(settings, settings.map(() => ({ synchronous_commit: 'on', in_transaction: false })));
+  });
+
+  const empty = (): ReleaseBatch => ({ completed: [], failed: [], started: [], progress: new Map(), claims: new Map() });
+
+  async function held(count: number): Promise<Array<{ id: string; claim: ClaimToken }>> {
+    const { rows } = await sql.query<{ id: string; claim: ClaimToken }>(`
+      insert into job_queue.jobs (task_identifier, locked_at, locked_by, started_at, attempts)
+      select 'work', now(), 'notify-worker', now(), 1 from generate_series(1, $1) returning id, ${claimTokenOf('jobs')} as claim`, [count]);
+    return rows;
+  }
+
+  it('a release tells waiters every job its flush ended, in one NOTIFY, or "*" when their ids do not fit one', async () => {
+    const write = writeReleases(database, 'notify-worker', true, () => null);
+    const [done, failed] = await held(2);
+    await finishedChannel.barrier();
+    await write({
+      ...empty(),
+      completed: [{ id: done.id, claim: done.claim, result: null }],
+      failed: [{ id: failed.id, claim: failed.claim, error: 'boom', code: null, delayMs: 0 }],
+    });
+    assert.deepEqual(await finishedChannel.barrier(), [`${done.id},${failed.id}`]);
+    // ids of 2,000 jobs take more than the 7,900 characters a NOTIFY of them carries
+    const many = await held(2_000);
+    assert.ok(many.map((job) => job.id).join(',').length > 7_900);
+    await write({ ...empty(), completed: many.map(({ id, claim }) => ({ id, claim, result: null })) });
+    assert.deepEqual(await finishedChannel.barrier(), ['*']);
+    assert.equal((await sql.query(`select count(*)::int as n from job_queue.finished_jobs where state = 'completed'`)).rows[0].n, 2_001);
+    assert.deepEqual(await poolSettings(), (await poolSettings()).map(() => ({ synchronous_commit: 'on', in_transaction: false })));
+  });
+});
