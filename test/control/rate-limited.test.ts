@@ -17,7 +17,7 @@ describe('ctx.rateLimited across worker processes', () => {
 
   it('holds the task on every worker until retryAfter, without spending the attempt; other tasks run meanwhile', async () => {
     const workers = await s.start(2, { concurrency: 4, env: { LIMITED: '1', PRINT_PAUSES: '1' } });
-    const limited = await s.t.jobs.add('partner' as never, { retryAfter: 2500 } as never);
+    const limited = await s.t.jobs.add('partner' as never, { retryAfter: 5000 } as never);
     await waitFor('the first run to be told 429', async () => (await partnerRuns([limited.id])).length === 1);
     let until: Date | undefined;
     await waitFor('the hold to be listed', async () => {

@@ -197,7 +197,9 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
   /**
    * runGenericPlan's message with `after`, for a statement whose plan the server chooses as it
    * would for node-pg's (an add's insert: with its generic plan forced, a single add took 75 µs
-   * more, measured): begun by a plain `begin`.
+   * more, measured): begun by a plain `begin`. Its values are in the message's text: a statement
+   * that fails is logged by the server with them (a job's payload), where node-pg's parameters
+   * are not (log_parameter_max_length_on_error, 0 by default).
    */
   runThenNotify<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[], after: AfterCommit): Promise<Row[]> {
     return this.runInOneMessage('begin', statement, types, values, after);

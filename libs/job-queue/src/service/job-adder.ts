@@ -47,7 +47,10 @@ export class JobAdder {
         const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
         const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
         if (slot) return this.addStarted(job, keyless, trace, slot);
-        if (manager) return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
+        // a runAt past year 9999 or before year 1 has no ISO text PostgreSQL reads: node-pg writes it
+        if (manager || (job.runAt !== null && !/^\d{4}-/.test(job.runAt.toISOString()))) {
+          return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
+        }
         return addedJobs([job], await this.addInOwnTransaction(job, trace), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];

@@ -8,7 +8,8 @@
  * every add and release that NOTIFYs in its own transaction waits for the fsyncs of the others
  * in turn, and none shares another's flush: under a steady stream of single adds from several
  * processes, those waits were the queue's p99 (docs/benchmark.md, "Sustained load"). A NOTIFY
- * alone writes no WAL and holds the lock for microseconds. A listener still hears it only once
+ * in a transaction of its own that does not wait for its flush (`unflushed`) holds the lock for
+ * microseconds. A listener still hears it only once
  * the job's (or the release's) transaction committed, as before. An add in a caller's
  * transaction NOTIFYs in it, as it must: only its commit may wake a worker.
  */
