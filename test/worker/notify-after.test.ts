@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client, PoolClient } from 'pg';
-import type { ClaimToken } from '../../libs/job-queue/src/core/claim-token';
 import { JobQueueDatabase } from '../../libs/job-queue/src/db/job-queue-database';
-import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
-import type { ReleaseBatch } from '../../libs/job-queue/src/worker/release-batcher';
 import { writeReleases } from '../../libs/job-queue/src/worker/release-parameters';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { emptyBatch, insertHeldJobs } from '../support/held-jobs';
 import { NotificationRecorder } from '../support/notifications';
 
 /**
@@ -77,14 +75,9 @@ describe('the NOTIFY after the commit', () => {
     assert.deepEqual(settings, settings.map(() => ({ set_for_session: false, in_transaction: false })));
   });
 
-  const empty = (): ReleaseBatch => ({ completed: [], failed: [], started: [], progress: new Map(), claims: new Map() });
+  const empty = emptyBatch;
 
-  async function held(count: number): Promise<Array<{ id: string; claim: ClaimToken }>> {
-    const { rows } = await sql.query<{ id: string; claim: ClaimToken }>(`
-      insert into job_queue.jobs (task_identifier, locked_at, locked_by, started_at, attempts)
-      select 'work', now(), 'notify-worker', now(), 1 from generate_series(1, $1) returning id, ${claimTokenOf('jobs')} as claim`, [count]);
-    return rows;
-  }
+  const held = (count: number) => insertHeldJobs(sql, 'notify-worker', count);
 
   it('a release tells waiters every job its flush ended, in one NOTIFY, or "*" when their ids do not fit one', async () => {
     const write = writeReleases(database, 'notify-worker', true, () => null);

@@ -2,11 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client, PoolClient } from 'pg';
 import { JobQueueDatabase } from '../../libs/job-queue/src/db/job-queue-database';
-import type { ClaimToken } from '../../libs/job-queue/src/core/claim-token';
-import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
-import type { ReleaseBatch } from '../../libs/job-queue/src/worker/release-batcher';
 import { writeReleases } from '../../libs/job-queue/src/worker/release-parameters';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { emptyBatch, insertHeldJobs } from '../support/held-jobs';
 
 /**
  * Under a steady load a worker's flushes hold a job or a few, and node-pg's named releaseJobs,
@@ -27,15 +25,10 @@ describe('the release of a few jobs at a time', () => {
   });
   after(() => closeTestApp({ db, sql, t }));
 
-  const empty = (): ReleaseBatch => ({ completed: [], failed: [], started: [], progress: new Map(), claims: new Map() });
+  const empty = emptyBatch;
 
   /** `count` jobs held by steady-worker, with their claims. */
-  async function held(count: number): Promise<Array<{ id: string; claim: ClaimToken }>> {
-    const { rows } = await sql.query<{ id: string; claim: ClaimToken }>(`
-      insert into job_queue.jobs (task_identifier, locked_at, locked_by, started_at, attempts)
-      select 'work', now(), 'steady-worker', now(), 1 from generate_series(1, $1) returning id, ${claimTokenOf('jobs')} as claim`, [count]);
-    return rows;
-  }
+  const held = (count: number) => insertHeldJobs(sql, 'steady-worker', count);
 
   /** How often the pool's idle connections planned the release, and how. */
   async function releasePlans(): Promise<{ connections: number; generic: number; custom: number }> {
