@@ -1,7 +1,7 @@
-import { quoteLiteral } from '../sql/identifier';
+import { quoteLiteral, timestampLiteral } from '../sql/identifier';
 
 /** A value a statement of sql/queries.ts takes as a parameter, that inlineParameters can write as a literal. */
-export type InlineValue = string | number | boolean | null | readonly string[];
+export type InlineValue = string | number | boolean | Date | null | readonly string[];
 
 /**
  * A statement with its `$n` parameters written as literals, for a message of several statements
@@ -27,6 +27,7 @@ export function sqlLiteral(value: InlineValue): string {
     return value < 0 ? `(${value})` : String(value); // never `- -3`, nor `--3` (a comment)
   }
   if (typeof value === 'string') return quoteLiteral(value);
+  if (value instanceof Date) return timestampLiteral(value);
   // An array literal, each element double-quoted (quotes and backslashes escaped): '{"a","b"}'.
   return quoteLiteral(`{${value.map((element) => `"${element.replace(/[\\"]/g, '\\$&')}"`).join(',')}}`);
 }

@@ -47,11 +47,10 @@ export class JobAdder {
         const keyless = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
         const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
         if (slot) return this.addStarted(job, keyless, trace, slot);
-        // a runAt past year 9999 or before year 1 has no ISO text PostgreSQL reads: node-pg writes it
-        if (manager || (job.runAt !== null && !/^\d{4}-/.test(job.runAt.toISOString()))) {
-          return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
-        }
-        return addedJobs([job], await this.addInOwnTransaction(job, trace), trace);
+        if (manager) return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
+        // in a transaction of ours, its NOTIFY after the commit (sql/notify-after.ts says why), in one message
+        const after = { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, job.runAt) } as const;
+        return addedJobs([job], await this.db.runThenNotify<AddedRow>('addJobKeyless', KEYLESS_TYPES, keyless, after), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const addKeyed = async (into?: EntityManager) => {
@@ -61,16 +60,6 @@ export class JobAdder {
       return job.dedupeForMs === null ? addKeyed(manager) : addDeduped(this.db, { ...job, jobKey: job.jobKey, dedupeForMs: job.dedupeForMs }, manager, addKeyed);
     });
     return added as Job<TaskPayload<Name>>;
-  }
-
-  /**
-   * addJobKeyless in a transaction of ours, its NOTIFY sent after the commit (sql/notify-after.ts
-   * says why), in one message.
-   */
-  private addInOwnTransaction(job: ValidJob, trace: TraceColumns | null): Promise<AddedRow[]> {
-    const runAt = job.runAt?.toISOString() ?? null;
-    const values = [job.identifier, job.payloadJson, job.queueName, runAt, job.maxAttempts, job.priority, job.flags, ...traceValues(trace), job.group];
-    return this.db.runThenNotify<AddedRow>('addJobKeyless', KEYLESS_TYPES, values, { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, runAt) });
   }
 
   /** A free slot of this process's worker for `job`, if it can start there at once (service/local-start.ts). */

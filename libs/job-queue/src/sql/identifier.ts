@@ -13,6 +13,16 @@ export function quoteLiteral(value: string): string {
   return value.includes('\\') ? ` E'${quoted.replace(/\\/g, '\\\\')}'` : `'${quoted}'`;
 }
 
+/**
+ * `date` as a timestamptz literal PostgreSQL reads, any year: toISOString writes years past 9999
+ * as +010000 and years before 1 as -000001 (year 0 being 1 BC), which it does not read.
+ */
+export function timestampLiteral(date: Date): string {
+  const year = date.getUTCFullYear();
+  const rest = date.toISOString().slice(-20); // -MM-DDTHH:mm:ss.sssZ
+  return year >= 1 ? quoteLiteral(`${String(year).padStart(4, '0')}${rest}`) : quoteLiteral(`${String(1 - year).padStart(4, '0')}${rest} BC`);
+}
+
 /** The channel add_job notifies and workers LISTEN on. */
 export function jobsChannel(schema: string): string {
   return `${schema}:jobs`;

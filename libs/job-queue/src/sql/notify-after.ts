@@ -13,7 +13,7 @@
  * the job's (or the release's) transaction committed, as before. An add in a caller's
  * transaction NOTIFYs in it, as it must: only its commit may wake a worker.
  */
-import { quoteLiteral } from './identifier';
+import { quoteLiteral, timestampLiteral } from './identifier';
 
 /** The longest list of ids one NOTIFY of the finished channel carries; a longer one is told as '*' (a payload must stay under 8,000 bytes). */
 export const MAX_TOLD_IDS_LENGTH = 7900;
@@ -28,9 +28,9 @@ function unflushed(notify: string): string[] {
   return ['begin', 'set local synchronous_commit = off', notify, 'commit'];
 }
 
-/** The NOTIFY addJobKeyless sends: the jobs channel, if the job added for `runAt` (ISO text; null for now) is due by the server's clock. */
-export function notifyIfDue(channel: string, runAt: string | null): string[] {
-  const due = runAt === null ? '' : ` where ${quoteLiteral(runAt)}::timestamptz <= now()`;
+/** The NOTIFY addJobKeyless sends: the jobs channel, if the job added for `runAt` (null for now) is due by the server's clock. */
+export function notifyIfDue(channel: string, runAt: Date | null): string[] {
+  const due = runAt === null ? '' : ` where ${timestampLiteral(runAt)}::timestamptz <= now()`;
   return unflushed(`select pg_notify(${quoteLiteral(channel)}, '')${due}`);
 }
 
