@@ -40,20 +40,19 @@ export function executePrepared(client: ClientBase, schema: string, statement: s
 
 /**
  * Sends `statements` on `client` as one transaction begun by `begin`, in one message (the
- * simple query protocol: no parameters), `preparation` first in a transaction of its own, and
- * `afterCommit` after the commit, each in a transaction of its own (sql/notify-after.ts); the
+ * simple query protocol: no parameters), `preparation` first in a transaction of its own; the
  * rows of the last of `statements`. The claim's messages (worker/claim-connection.ts
  * oneMessage) and JobQueueDatabase.runGenericPlan's go this way.
  */
 export async function sendInOneMessage<Row extends QueryResultRow>(
   client: ClientBase,
   begin: string,
-  { preparation, statements, afterCommit = [] }: { preparation?: string; statements: string[]; afterCommit?: readonly string[] },
+  { preparation, statements }: { preparation?: string; statements: string[] },
 ): Promise<Row[]> {
   if (preparation) await client.query(`${begin}; ${preparation}; commit`);
-  const results = (await client.query([begin, ...statements, 'commit', ...afterCommit].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
-  if (!Array.isArray(results) || results.length < 3 + afterCommit.length) throw new Error('a message of several statements was answered as one');
-  return results[results.length - 2 - afterCommit.length].rows;
+  const results = (await client.query([begin, ...statements, 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
+  if (!Array.isArray(results) || results.length < 3) throw new Error('a message of several statements was answered as one');
+  return results[results.length - 2].rows;
 }
 
 /** PostgreSQL's "cached plan must not change result type" (SQLSTATE 0A000, feature_not_supported). */

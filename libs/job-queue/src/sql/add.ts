@@ -38,6 +38,29 @@ export function createAddQueries(s: string, channel: string) {
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now())` : ''}
       select inserted.id, ${ADDED_TIMES} from inserted${notify ? ' left join notified on true' : ''}`;
 
+  /** addJobsBulk (see its comment), with its NOTIFY or without (addJobsBulkQuiet). */
+  const addBulk = (notify: boolean) => `
+      with specs as (
+        select * from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[])
+          with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, ord)
+      ),
+      queues as (
+        insert into ${s}.job_queues (queue_name)
+        select distinct queue_name from specs where queue_name is not null
+        on conflict do nothing
+      ),
+      inserted as (
+        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags, group_key)
+        select identifier, coalesce(payload::jsonb, '{}'::jsonb), queue_name, coalesce(run_at, now()),
+               coalesce(max_attempts, ${DEFAULT_MAX_ATTEMPTS}), coalesce(priority, ${DEFAULT_PRIORITY}),
+               case when flags is null then '{}'::text[] else array(select jsonb_array_elements_text(flags::jsonb)) end, $8::uuid, $9::bigint, $10::smallint,
+               ($11::text[])[ord::int]
+        from specs order by ord
+        returning id, run_at, created_at
+      )${notify ? `,
+      notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)` : ''}
+      select inserted.id, ${ADDED_TIMES} from inserted${notify ? ' left join notified on true' : ''} order by inserted.id`;
+
   return {
     /**
      * A job with a job key: add_grouped_job() (add_job() with the group and the trace context,
@@ -57,7 +80,7 @@ export function createAddQueries(s: string, channel: string) {
     /**
      * addJobKeyless without its NOTIFY: an add in a transaction of our own (no caller's
      * manager) sends that after the commit, in a transaction of its own
-     * (JobQueueDatabase.runGenericPlan, `afterCommit`; sql/notify-after.ts notifyIfDue).
+     * (JobQueueDatabase.runThenNotify; sql/notify-after.ts notifyIfDue).
      */
     addJobKeylessQuiet: addKeyless(false),
     /**
@@ -92,27 +115,9 @@ export function createAddQueries(s: string, channel: string) {
      * rest of each new row is what the caller sent (service/added-jobs.ts), and sending it back
      * would cost more than the insert.
      */
-    addJobsBulk: `
-      with specs as (
-        select * from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::integer[], $6::integer[], $7::text[])
-          with ordinality as s(identifier, payload, queue_name, run_at, max_attempts, priority, flags, ord)
-      ),
-      queues as (
-        insert into ${s}.job_queues (queue_name)
-        select distinct queue_name from specs where queue_name is not null
-        on conflict do nothing
-      ),
-      inserted as (
-        insert into ${s}.jobs (task_identifier, payload, queue_name, run_at, max_attempts, priority, flags, trace_id, span_id, trace_flags, group_key)
-        select identifier, coalesce(payload::jsonb, '{}'::jsonb), queue_name, coalesce(run_at, now()),
-               coalesce(max_attempts, ${DEFAULT_MAX_ATTEMPTS}), coalesce(priority, ${DEFAULT_PRIORITY}),
-               case when flags is null then '{}'::text[] else array(select jsonb_array_elements_text(flags::jsonb)) end, $8::uuid, $9::bigint, $10::smallint,
-               ($11::text[])[ord::int]
-        from specs order by ord
-        returning id, run_at, created_at
-      ),
-      notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)
-      select inserted.id, ${ADDED_TIMES} from inserted left join notified on true order by inserted.id`,
+    addJobsBulk: addBulk(true),
+    /** addJobsBulk without its NOTIFY, which addMany without a caller's manager sends after the commit (addJobKeylessQuiet's way). */
+    addJobsBulkQuiet: addBulk(false),
 
     /** Many jobs, some with job keys: add_grouped_job per spec, in order, in one statement. addJobsBulk's $1..$7, then $8 keys, $9 key modes, $10 groups, $11 $12 $13 the trace context or nulls. */
     addJobsKeyed: `
