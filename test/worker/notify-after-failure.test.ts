@@ -56,7 +56,9 @@ describe('a NOTIFY after the commit that fails', () => {
     assert.deepEqual(rows.map((row) => row.id), [job.id]);
     // the failed connection was destroyed, not given back in a transaction: the next adds work
     const more = await Promise.all(Array.from({ length: 5 }, (_, n) => t.jobs.add('work' as never, { n: 10 + n } as never)));
-    assert.equal((await sql.query(`select 1 from job_queue.jobs where id = any($1::bigint[])`, [more.map((added) => added.id)])).rowCount, 5);
+    const many = await t.jobs.addMany([20, 21].map((n) => ({ identifier: 'work', payload: { n } })) as never[]);
+    assert.equal((await sql.query(`select 1 from job_queue.jobs where id = any($1::bigint[])`, [[...more, ...many].map((added) => added.id)])).rowCount, 7);
+    assert.equal(warnings.filter((w) => w.includes('a NOTIFY after a commit failed')).length, 7, 'each of the 6 adds and the addMany logged its failed NOTIFY');
   });
 
   it('a release resolves with what it wrote, its jobs finished once, and the failure is logged', async () => {

@@ -6,7 +6,6 @@ import { writeReleases } from '../../libs/job-queue/src/worker/release-parameter
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { emptyBatch, insertHeldJobs } from '../support/held-jobs';
 import { NotificationRecorder } from '../support/notifications';
-import { waitFor } from '../support/wait';
 
 /**
  * An add in a transaction of ours and a release send their NOTIFY after their commit, in a
@@ -58,9 +57,6 @@ describe('the NOTIFY after the commit', () => {
     }
   }
 
-  /** Every connection given back, so every NOTIFY sent after a commit answered (db/borrowed-connection.ts): a barrier then sees them all. */
-  const afterCommitSent = () => waitFor('every pool connection given back', () => database.pool.idleCount === database.pool.totalCount);
-
   it('an add without a manager: one NOTIFY per due job, none for one added for later; the connections stay synchronous', async () => {
     await jobsChannel.barrier();
     const added = await Promise.all(Array.from({ length: 8 }, (_, n) => t.jobs.add('work' as never, { n } as never)));
@@ -68,7 +64,6 @@ describe('the NOTIFY after the commit', () => {
     // a year toISOString writes as +010000, which PostgreSQL does not read: added as node-pg writes it
     const farOff = await t.jobs.add('work' as never, {} as never, { runAt: new Date('+010000-01-01T00:00:00Z') });
     assert.deepEqual([later.state, farOff.state, farOff.runAt.toISOString()], ['scheduled', 'scheduled', '+010000-01-01T00:00:00.000Z']);
-    await afterCommitSent();
     assert.deepEqual(await jobsChannel.barrier(), Array(8).fill(''), 'one NOTIFY per due add, none for the later ones');
     assert.equal((await sql.query('select 1 from job_queue.jobs where id = any($1::bigint[])', [[...added.map((job) => job.id), later.id, farOff.id]])).rowCount, 10);
     // the adds ran the insert without its NOTIFY (the NOTIFY after it), on every connection they used
@@ -84,10 +79,8 @@ describe('the NOTIFY after the commit', () => {
     await jobsChannel.barrier();
     const inAnHour = new Date(Date.now() + 3_600_000);
     const later = await t.jobs.addMany([0, 1].map((n) => ({ identifier: 'work', payload: { n }, runAt: inAnHour }) as never));
-    await afterCommitSent();
     assert.deepEqual(await jobsChannel.barrier(), [], 'no NOTIFY for jobs all added for later');
     const mixed = await t.jobs.addMany([{ identifier: 'work', payload: {}, runAt: inAnHour }, ...[0, 1, 2].map((n) => ({ identifier: 'work', payload: { n } }))] as never[]);
-    await afterCommitSent();
     assert.deepEqual(await jobsChannel.barrier(), [''], 'one NOTIFY for the call');
     assert.equal((await sql.query('select 1 from job_queue.jobs where id = any($1::bigint[])', [[...later, ...mixed].map((job) => job.id)])).rowCount, 6);
   });
@@ -105,13 +98,11 @@ describe('the NOTIFY after the commit', () => {
       completed: [{ id: done.id, claim: done.claim, result: null }],
       failed: [{ id: failed.id, claim: failed.claim, error: 'boom', code: null, delayMs: 0 }],
     });
-    await afterCommitSent();
     assert.deepEqual(await finishedChannel.barrier(), [`${done.id},${failed.id}`]);
     // ids of 2,000 jobs take more than the 7,900 characters a NOTIFY of them carries
     const many = await held(2_000);
     assert.ok(many.map((job) => job.id).join(',').length > 7_900);
     await write({ ...empty(), completed: many.map(({ id, claim }) => ({ id, claim, result: null })) });
-    await afterCommitSent();
     assert.deepEqual(await finishedChannel.barrier(), ['*']);
     assert.equal((await sql.query(`select count(*)::int as n from job_queue.finished_jobs where state = 'completed'`)).rows[0].n, 2_001);
     const settings = await poolSettings();

@@ -9,7 +9,8 @@ import { JobQueueError } from '../core/errors';
 import { runJobQueueMigrations } from './run-migrations';
 import { createQueries, type JobQueueQueries } from '../sql/queries';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
-import { onBorrowedConnection, type Afterwards } from './borrowed-connection';
+import { onBorrowedConnection } from './borrowed-connection';
+import { sendAfterCommit, type AfterCommit } from './after-commit';
 import { DirectPool } from './direct-pool';
 import { inlineParameters, type InlineValue } from './inline-parameters';
 import { executePrepared, isResultTypeChanged, sendInOneMessage, type MessageStatement } from './sql-prepared';
@@ -19,8 +20,8 @@ import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatement
 /** How runGenericPlan's transactions begin: the generic plan for their EXECUTE. */
 const GENERIC_BEGIN = 'begin; set local plan_cache_mode = force_generic_plan';
 
-/** runGenericPlan's statement without its NOTIFY (`quiet`), and what to send after its commit instead. */
-export interface AfterCommit {
+/** A statement's twin without its NOTIFY (`quiet`), and the NOTIFY to send after its commit instead (sql/notify-after.ts). */
+export interface NotifyAfterCommit {
   quiet: Statement;
   statements: readonly string[];
 }
@@ -184,44 +185,57 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    * a transaction-mode pooler, as runOn: no SQL PREPARE lasts from one transaction to the next
    * there, and a statement written in whole would be planned at every call.
    *
-   * With `after`, the message carries `after.quiet` (the statement without its NOTIFY), and
-   * `after.statements` (the NOTIFY, sql/notify-after.ts says why) follow its commit on the same
-   * connection, in a message of their own the caller does not wait for; the statement itself
-   * still goes through a pooler. A NOTIFY that fails (the server's notification queue full, the
-   * connection lost) is logged, and the call keeps its result: its transaction committed, and
-   * workers find the jobs at their next poll.
+   * With `after`, the message carries `after.quiet` (the statement without its NOTIFY) and,
+   * past the commit, `after.statements` (the NOTIFY, sql/notify-after.ts says why); the
+   * statement itself still goes through a pooler. A NOTIFY that fails there (the server's
+   * notification queue full) is logged, and the call keeps its result (db/after-commit.ts):
+   * its transaction committed, and workers find the jobs at their next poll.
    */
-  async runGenericPlan<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[], after?: AfterCommit): Promise<Row[]> {
-    if (this.options.transactionPooling) return this.runOn(this.pool, statement, [...values]);
-    const send = () =>
-      onBorrowedConnection(
-        this.pool,
-        (client) => {
-          const { preparation, statement: execute } = this.inMessage(client, after?.quiet ?? statement, types, values);
-          return sendInOneMessage<Row>(client, GENERIC_BEGIN, { preparation, statements: [execute] });
-        },
-        this.afterwards(after?.statements ?? []),
-      );
-    return send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
+  runGenericPlan<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[], after?: NotifyAfterCommit): Promise<Row[]> {
+    return this.runInOneMessage(GENERIC_BEGIN, statement, types, values, after);
   }
 
   /**
-   * runOn's statement `after.quiet` (without its NOTIFY) on a pool connection, and on the same
-   * connection after its commit `after.statements` (the NOTIFY), which the caller does not wait
-   * for (as runGenericPlan's): an add without a caller's manager. Through a transaction-mode
-   * pooler, `statement` itself (its NOTIFY inside) on the pool, as runOn.
+   * runGenericPlan's message and `after`, for a statement whose plan the server chooses as it
+   * would for node-pg's (an add's insert: with its generic plan forced, a single add took 75 µs
+   * more, measured): begun by a plain `begin`. Its values are in the message's text: a statement
+   * that fails is logged by the server with them (a job's payload), where node-pg's parameters
+   * are not (log_parameter_max_length_on_error, 0 by default). This message cost the server
+   * 40–50 µs less per add than node-pg's named statement (apps/bench/probes/add-ab.cjs).
    */
-  runThenNotify<Row extends QueryResultRow>(statement: Statement, values: unknown[], after: AfterCommit): Promise<Row[]> {
-    if (this.options.transactionPooling) return this.runOn(this.pool, statement, values);
-    return onBorrowedConnection(this.pool, (client) => this.runOn<Row>(client, after.quiet, values), this.afterwards(after.statements));
+  runThenNotify<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[], after: NotifyAfterCommit): Promise<Row[]> {
+    return this.runInOneMessage('begin', statement, types, values, after);
   }
 
-  /** `statements` sent after a commit, in a message of their own on its connection, their failure logged (db/borrowed-connection.ts). */
-  private afterwards(statements: readonly string[]): Afterwards | undefined {
-    if (statements.length === 0) return undefined;
-    const message = statements.join('; ');
+  /**
+   * runOn's statement `after.quiet` (without its NOTIFY) on a pool connection with node-pg's
+   * parameters (arrays of a thousand values, which a message's text would spell out), then
+   * `after.statements` in a message of their own, their failure logged as runGenericPlan's:
+   * addMany without a caller's manager.
+   */
+  runArraysThenNotify<Row extends QueryResultRow>(statement: Statement, values: unknown[], after: NotifyAfterCommit): Promise<Row[]> {
+    if (this.options.transactionPooling) return this.runOn(this.pool, statement, values);
+    return onBorrowedConnection(this.pool, async (client) => {
+      const rows = await this.runOn<Row>(client, after.quiet, values);
+      await sendAfterCommit(client, this.afterCommit(after.statements));
+      return rows;
+    });
+  }
+
+  private runInOneMessage<Row extends QueryResultRow>(begin: string, statement: Statement, types: readonly string[], values: readonly InlineValue[], after?: NotifyAfterCommit): Promise<Row[]> {
+    if (this.options.transactionPooling) return this.runOn(this.pool, statement, [...values]);
+    const send = () =>
+      onBorrowedConnection(this.pool, (client) => {
+        const { preparation, statement: execute } = this.inMessage(client, after?.quiet ?? statement, types, values);
+        return sendInOneMessage<Row>(client, begin, { preparation, statements: [execute], afterCommit: after && this.afterCommit(after.statements) });
+      });
+    return send().catch((error: unknown) => (isResultTypeChanged(error) ? send() : Promise.reject(error)));
+  }
+
+  /** `statements` to send after a commit, their failure logged (db/after-commit.ts). */
+  private afterCommit(statements: readonly string[]): AfterCommit {
     return {
-      send: (client) => client.query(message),
+      statements,
       failed: (error) =>
         this.logger.warn(`a NOTIFY after a commit failed; the commit stands, workers find its jobs at their next poll, a waitForJob of a job it told waits until its timeout: ${(error as Error)?.message ?? error}`),
     };

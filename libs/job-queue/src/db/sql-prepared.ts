@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { ClientBase, QueryResult, QueryResultRow } from 'pg';
+import { sendThenAfterCommit, type AfterCommit } from './after-commit';
 import { sqlLiteral, type InlineValue } from './inline-parameters';
 
 /**
@@ -40,17 +41,25 @@ export function executePrepared(client: ClientBase, schema: string, statement: s
 
 /**
  * Sends `statements` on `client` as one transaction begun by `begin`, in one message (the
- * simple query protocol: no parameters), `preparation` first in a transaction of its own; the
- * rows of the last of `statements`. The claim's messages (worker/claim-connection.ts
- * oneMessage) and JobQueueDatabase.runGenericPlan's go this way.
+ * simple query protocol: no parameters), `preparation` first in a transaction of its own, and
+ * `afterCommit` after the commit in the same message (db/after-commit.ts: their failure is not
+ * the caller's); the rows of the last of `statements`. The claim's messages
+ * (worker/claim-connection.ts oneMessage) and JobQueueDatabase.runGenericPlan's go this way.
  */
 export async function sendInOneMessage<Row extends QueryResultRow>(
   client: ClientBase,
   begin: string,
-  { preparation, statements }: { preparation?: string; statements: string[] },
+  { preparation, statements, afterCommit }: { preparation?: string; statements: string[]; afterCommit?: AfterCommit },
 ): Promise<Row[]> {
   if (preparation) await client.query(`${begin}; ${preparation}; commit`);
-  const results = (await client.query([begin, ...statements, 'commit'].join('; '))) as unknown as QueryResult<Row> | Array<QueryResult<Row>>;
+  const text = [begin, ...statements, 'commit'].join('; ');
+  if (!afterCommit?.statements.length) return rowsBeforeCommit((await client.query(text)) as unknown as QueryResult<Row> | Array<QueryResult<Row>>);
+  const { results, committedRows } = await sendThenAfterCommit<Row>(client, text, afterCommit);
+  return committedRows ?? rowsBeforeCommit(results!);
+}
+
+/** The rows of the statement before a message's commit. */
+function rowsBeforeCommit<Row extends QueryResultRow>(results: QueryResult<Row> | Array<QueryResult<Row>>): Row[] {
   if (!Array.isArray(results) || results.length < 3) throw new Error('a message of several statements was answered as one');
   return results[results.length - 2].rows;
 }

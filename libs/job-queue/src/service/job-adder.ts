@@ -15,6 +15,9 @@ import { addDeduped, lockJobKeys } from './deduped-add';
 import { JobSpecValidator } from './job-spec-validator';
 import { LocalStart, type LocalSlot } from './local-start';
 
+/** The SQL types of addJobKeyless's parameters, in order. */
+const KEYLESS_TYPES = ['text', 'jsonb', 'text', 'timestamptz', 'integer', 'integer', 'text[]', 'uuid', 'bigint', 'smallint', 'text'];
+
 /**
  * The data path's first step (add → row + NOTIFY → claim → run → release), behind
  * JobQueueService.add() and addMany(): checks each job, picks the statement (sql/add.ts: keyless,
@@ -45,9 +48,9 @@ export class JobAdder {
         const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
         if (slot) return this.addStarted(job, keyless, trace, slot);
         if (manager) return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
-        // in a transaction of ours, its NOTIFY after the commit (sql/notify-after.ts says why), not waited for
+        // in a transaction of ours, in one message; its NOTIFY after the commit (sql/notify-after.ts says why), not waited for
         const after = { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, job.runAt) } as const;
-        return addedJobs([job], await this.db.runThenNotify<AddedRow>('addJobKeyless', keyless, after), trace);
+        return addedJobs([job], await this.db.runThenNotify<AddedRow>('addJobKeyless', KEYLESS_TYPES, keyless, after), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const addKeyed = async (into?: EntityManager) => {
@@ -124,7 +127,7 @@ export class JobAdder {
         if (manager) return addedJobs(jobs, await this.db.run<AddedRow>('addJobsBulk', values, manager), trace);
         // in a transaction of ours: one NOTIFY after the commit if any job is due, as add()'s
         const after = { quiet: 'addJobsBulkQuiet', statements: notifyIfDue(this.db.sql.channel, earliestRunAt(jobs)) } as const;
-        return addedJobs(jobs, await this.db.runThenNotify<AddedRow>('addJobsBulk', values, after), trace);
+        return addedJobs(jobs, await this.db.runArraysThenNotify<AddedRow>('addJobsBulk', values, after), trace);
       }
       const rows = await this.db.run<JobRow>('addJobsKeyed', [...columns, ...keys, groups ?? jobs.map(() => null), ...traceValues(trace)], manager);
       return rows.map((row) => toJob(row));
