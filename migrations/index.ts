@@ -13,6 +13,7 @@ import { createSchedulesMigration } from './1764700000000-schedules';
 import { createTaskLimitsMigration } from './1764800000000-task-limits';
 import { createJobGroupsMigration } from './1764900000000-job-groups';
 import { createTaskFetchIndexMigration } from './1765000000000-task-fetch-index';
+import { createJobsVacuumTruncateMigration } from './1765100000000-jobs-vacuum-truncate';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -38,5 +39,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createTaskLimitsMigration(schema),
     createJobGroupsMigration(schema),
     createTaskFetchIndexMigration(schema),
+    createJobsVacuumTruncateMigration(schema),
   ];
 }

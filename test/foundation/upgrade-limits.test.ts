@@ -13,6 +13,7 @@ const MIGRATIONS = [
   'TaskLimits1764800000000',
   'JobGroups1764900000000',
   'TaskFetchIndex1765000000000',
+  'JobsVacuumTruncate1765100000000',
 ];
 
 /** The new version's `hold`, limited as the test says, and `marker`. */

@@ -38,6 +38,8 @@ export const SCHEDULES_VERSION = '55a4e3d';
 export const LIMITS_VERSION = '3209aae';
 /** The last commit before migration TaskFetchIndex1765000000000 (it has every migration through JobGroups1764900000000). */
 export const GROUPS_VERSION = 'd34684f';
+/** The last commit before migration JobsVacuumTruncate1765100000000 (it has every migration through TaskFetchIndex1765000000000). */
+export const TASK_FETCH_VERSION = 'fab88a8';
 /** The migrations FLOWS_VERSION knows, as its library lists them. */
 export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
   'CreateJobTables1763700000000',
