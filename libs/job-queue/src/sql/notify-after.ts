@@ -1,7 +1,8 @@
 /**
  * NOTIFYs sent after a commit, in a transaction of their own, by the statements that run in a
- * transaction of ours (JobQueueDatabase.runGenericPlan's `afterCommit`): an add without a
- * caller's manager (addJobKeylessQuiet) and a release (releaseJobsQuiet).
+ * transaction of ours (JobQueueDatabase.runGenericPlan's `after`, db/after-commit.ts): an add or
+ * addMany without a caller's manager (addJobKeylessQuiet, addJobsBulkQuiet) and a release
+ * (releaseJobsQuiet).
  *
  * Why: PostgreSQL queues notifications under one lock for the whole server, which a transaction
  * that NOTIFYs takes at its commit and holds until its commit record is flushed to disk. So

@@ -196,7 +196,7 @@ export function createReleaseQueries(s: string, channel: string, finished: strin
     releaseJobs: releaseJobs(true),
     /**
      * releaseJobs without the NOTIFY to waiters: the worker sends that after the commit, in a
-     * transaction of its own (JobQueueDatabase.runGenericPlan, `afterCommit`; sql/notify-after.ts).
+     * transaction of its own (JobQueueDatabase.runGenericPlan, `after`; sql/notify-after.ts).
      * `told` is 0.
      */
     releaseJobsQuiet: releaseJobs(false),
