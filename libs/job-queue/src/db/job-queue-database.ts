@@ -200,8 +200,8 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    * would for node-pg's (an add's insert: with its generic plan forced, a single add took 75 µs
    * more, measured): begun by a plain `begin`. Its values are in the message's text: a statement
    * that fails is logged by the server with them (a job's payload), where node-pg's parameters
-   * are not (log_parameter_max_length_on_error, 0 by default). This message cost the server
-   * 40–50 µs less per add than node-pg's named statement (apps/bench/probes/add-ab.cjs).
+   * are not (log_parameter_max_length_on_error, 0 by default). The NOTIFY rides in the same
+   * message: in a message of its own it cost the server 40–70 µs more an add (add-ab.cjs).
    */
   runThenNotify<Row extends QueryResultRow>(statement: Statement, types: readonly string[], values: readonly InlineValue[], after: NotifyAfterCommit): Promise<Row[]> {
     return this.runInOneMessage('begin', statement, types, values, after);
