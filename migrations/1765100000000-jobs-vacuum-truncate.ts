@@ -19,12 +19,13 @@ export function createJobsVacuumTruncateMigration(schema: string): new () => Job
 
     async up(q: QueryRunner): Promise<void> {
       await applyOnce(q, schema, this.name, async () => {
-        await q.query(`alter table "${schema}".jobs set (vacuum_truncate = false)`);
+        // its TOAST table too: large payloads live there, and its truncation takes the same lock
+        await q.query(`alter table "${schema}".jobs set (vacuum_truncate = false, toast.vacuum_truncate = false)`);
       });
     }
 
     async down(q: QueryRunner): Promise<void> {
-      await q.query(`alter table "${schema}".jobs reset (vacuum_truncate)`);
+      await q.query(`alter table "${schema}".jobs reset (vacuum_truncate, toast.vacuum_truncate)`);
       await forget(q, schema, this.name);
     }
   };

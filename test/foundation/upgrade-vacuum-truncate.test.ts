@@ -18,7 +18,10 @@ describe('upgrading to migration 15 (jobs never truncated by a vacuum) while a w
     const logs = await drainBesideOldWorker(u, {
       oldThrough: 'TaskFetchIndex1765000000000',
       newMigration: 'JobsVacuumTruncate1765100000000',
-      afterMigration: async () => assert.deepEqual(await u.q(`select reloptions from pg_class where oid = 'job_queue.jobs'::regclass`), [{ reloptions: ['vacuum_truncate=false'] }]),
+      afterMigration: async () =>
+        assert.deepEqual(await u.q(`select c.reloptions, t.reloptions as toast from pg_class c join pg_class t on t.oid = c.reltoastrelid where c.oid = 'job_queue.jobs'::regclass`), [
+          { reloptions: ['vacuum_truncate=false'], toast: ['vacuum_truncate=false'] },
+        ]),
     });
     // Every row of the drained table is dead: a vacuum that truncated would give its pages back.
     const pages = async () => (await u.q<{ pages: number }>(`select pg_relation_size('job_queue.jobs')::int / current_setting('block_size')::int as pages`))[0].pages;

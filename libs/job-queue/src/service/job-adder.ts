@@ -48,7 +48,7 @@ export class JobAdder {
         const slot = manager === undefined ? this.keepLocalSlot(job) : undefined;
         if (slot) return this.addStarted(job, keyless, trace, slot);
         if (manager) return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
-        // in a transaction of ours, in one message; its NOTIFY after the commit (sql/notify-after.ts says why), not waited for
+        // in a transaction of ours, in one message with its NOTIFY after the commit (sql/notify-after.ts says why)
         const after = { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, job.runAt) } as const;
         return addedJobs([job], await this.db.runThenNotify<AddedRow>('addJobKeyless', KEYLESS_TYPES, keyless, after), trace);
       }
