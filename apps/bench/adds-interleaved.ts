@@ -1,11 +1,11 @@
 import type { BenchConfig } from './config';
 import { recreateDatabase } from './database';
-import { openPlainSqlAdder } from './plain-sql-add';
+import { openPlainMessageAdder, openPlainSqlAdder } from './plain-sql-add';
 import { perSecond, type Progress } from './suite';
 import { openGraphileWorker } from './system-graphile-worker';
 import { openApp } from './system-nestjs-job-queue';
 
-/** Awaited single adds, each its own commit, of the three systems (jobs/s). */
+/** Awaited single adds, each its own commit, of the two queues and two plain-SQL adders (jobs/s). */
 export interface AddOneResult {
   /** nestjs-job-queue's add(). */
   ours: number;
@@ -13,6 +13,8 @@ export interface AddOneResult {
   theirs: number;
   /** add()'s own insert statement from a plain node-pg client (plain-sql-add.ts). */
   raw: number;
+  /** The message add() sends (that insert, its commit, the NOTIFY after it) from a plain node-pg client (plain-sql-add.ts). */
+  message: number;
 }
 
 export type AddOneSystem = keyof AddOneResult;
@@ -43,12 +45,12 @@ interface BulkAdder extends SingleAdder {
 }
 
 /** The order of the first slice; each next slice starts one system later. */
-const SYSTEMS: readonly AddOneSystem[] = ['ours', 'theirs', 'raw'];
+const SYSTEMS: readonly AddOneSystem[] = ['ours', 'theirs', 'raw', 'message'];
 /** Uncounted adds per system before the slices: connections, prepared statements and code paths warm. */
 const WARM_UP_ADDS = 10;
 
 /**
- * The three systems open at once, each on a fresh database of its own (`databases`), then:
+ * The four adders open at once, each on a fresh database of its own (`databases`), then:
  * - `config.addOneSlices` slices of single adds, every system taking its turn in each slice,
  *   the order rotated from slice to slice;
  * - `config.jobs` jobs by `config.chunkSize` per addMany() call of the two queues, call by
@@ -73,9 +75,10 @@ export async function measureAddsInterleaved(
     const ours = await keep(openApp(await recreateDatabase(serverUrl, databases.ours), config));
     const theirs = await keep(openGraphileWorker(await recreateDatabase(serverUrl, databases.theirs), config));
     const raw = await keep(openPlainSqlAdder(await recreateDatabase(serverUrl, databases.raw)));
+    const message = await keep(openPlainMessageAdder(await recreateDatabase(serverUrl, databases.message)));
     const sizes = sliceSizes(config.addOneJobs, config.addOneSlices);
-    progress(`add() one at a time, interleaved: ${describeSlices(sizes)} for each of nestjs-job-queue, graphile-worker, plain SQL`);
-    const one = await addInRotatingSlices({ ours, theirs, raw }, sizes);
+    progress(`add() one at a time, interleaved: ${describeSlices(sizes)} for each of nestjs-job-queue, graphile-worker, plain SQL (the insert, and add()'s message)`);
+    const one = await addInRotatingSlices({ ours, theirs, raw, message }, sizes);
     progress(`addMany(), interleaved: ${config.jobs} jobs in calls of ${config.chunkSize} for each of nestjs-job-queue, graphile-worker`);
     const many = await addManyInTurns({ ours, theirs }, config.jobs, config.chunkSize);
     return { one, many };
@@ -85,8 +88,8 @@ export async function measureAddsInterleaved(
 }
 
 async function addInRotatingSlices(adders: Record<AddOneSystem, SingleAdder>, sizes: number[]): Promise<AddOneResult> {
-  const nextIndex: Record<AddOneSystem, number> = { ours: 0, theirs: 0, raw: 0 };
-  const ms: Record<AddOneSystem, number> = { ours: 0, theirs: 0, raw: 0 };
+  const nextIndex: Record<AddOneSystem, number> = { ours: 0, theirs: 0, raw: 0, message: 0 };
+  const ms: Record<AddOneSystem, number> = { ours: 0, theirs: 0, raw: 0, message: 0 };
   for (let i = 0; i < WARM_UP_ADDS; i++) {
     for (const system of SYSTEMS) await adders[system].addOne(nextIndex[system]++);
   }
@@ -98,7 +101,7 @@ async function addInRotatingSlices(adders: Record<AddOneSystem, SingleAdder>, si
     }
   }
   const total = sizes.reduce((a, b) => a + b, 0);
-  return { ours: perSecond(total, ms.ours), theirs: perSecond(total, ms.theirs), raw: perSecond(total, ms.raw) };
+  return { ours: perSecond(total, ms.ours), theirs: perSecond(total, ms.theirs), raw: perSecond(total, ms.raw), message: perSecond(total, ms.message) };
 }
 
 /** `count` jobs by `chunkSize` per addMany() call of each queue, the two taking turns call by call, which one goes first swapped at each turn. */

@@ -32,6 +32,7 @@ import { openNestJobQueue } from './system-nestjs-job-queue';
 const OUR_DATABASE = 'bench_jq';
 const THEIR_DATABASE = 'bench_gw';
 const SQL_DATABASE = 'bench_sql';
+const MESSAGE_DATABASE = 'bench_sql_message';
 const SCALE_DATABASE = 'bench_scale';
 const FLOW_DATABASE = 'bench_flows';
 const POOLER_DATABASE = 'bench_pooler';
@@ -52,7 +53,7 @@ async function main(): Promise<void> {
     for (let round = 1; round <= config.rounds; round++) {
       const started = performance.now();
       const step: Progress = (message) => progress(`round ${round}/${config.rounds}: ${message}`);
-      const adds = await measureAddsInterleaved(server.url, { ours: OUR_DATABASE, theirs: THEIR_DATABASE, raw: SQL_DATABASE }, config, step);
+      const adds = await measureAddsInterleaved(server.url, { ours: OUR_DATABASE, theirs: THEIR_DATABASE, raw: SQL_DATABASE, message: MESSAGE_DATABASE }, config, step);
       // Ours first of the suites in each round: in the first it pays for warming up the shared pg driver.
       const ours = await benchOn(server, OUR_DATABASE, ['default'], config, openNestJobQueue, step);
       const flows = await runFlowLines(await recreateDatabase(server.url, FLOW_DATABASE), config, step);
@@ -73,7 +74,7 @@ async function main(): Promise<void> {
       progress(`the last round's sustained lines are plotted in ${SUSTAINED_PLOT}`);
     }
   } finally {
-    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, SCALE_DATABASE, FLOW_DATABASE, POOLER_DATABASE, SUSTAINED_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
+    for (const database of [OUR_DATABASE, THEIR_DATABASE, SQL_DATABASE, MESSAGE_DATABASE, SCALE_DATABASE, FLOW_DATABASE, POOLER_DATABASE, SUSTAINED_DATABASE]) await dropDatabase(server.url, database).catch(() => undefined);
     await server.stop();
   }
 }

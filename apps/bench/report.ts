@@ -21,7 +21,7 @@ export interface Setting {
 
 /** Everything measured in one round. */
 export interface RoundResult {
-  /** add() one at a time of the three systems and addMany() of the two queues, measured interleaved in one phase. */
+  /** add() one at a time of the four adders and addMany() of the two queues, measured interleaved in one phase. */
   adds: AddsResult;
   ours: SuiteResult;
   /** nestjs-job-queue's flows against as many plain jobs (flows.ts). */
@@ -66,7 +66,7 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   );
   const scaleLines = [config.processes > 0 ? 'worker processes' : '', config.scale ? 'backlog' : ''].filter(Boolean).join(', then ');
   console.log(
-    'rounds:     each round runs add() one at a time of all three systems and addMany() of both queues, interleaved, then nestjs-job-queue (then its lifecycle drains, then its flows), ' +
+    'rounds:     each round runs add() one at a time of both queues and both plain-SQL adders and addMany() of both queues, interleaved, then nestjs-job-queue (then its lifecycle drains, then its flows), ' +
       'then graphile-worker (default, then batched), then plain SQL' +
       (scaleLines ? `, then the scale lines (${scaleLines})` : '') +
       (rounds.some((r) => r.pooler) ? ', then the pooler lines' : ''),
@@ -84,7 +84,7 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
     `add() one at a time: nestjs-job-queue's add(), graphile-worker's addJob() and add()'s insert from plain node-pg (plain SQL table below), ` +
       `measured interleaved in one phase of each round, each on its own database: ${describeSlices(sliceSizes(config.addOneJobs, config.addOneSlices))} per system, ` +
       'the order rotated each slice (ours, theirs, SQL; theirs, SQL, ours; …), each timed over its own slices only, after a few uncounted adds; ' +
-      'so that the disk\'s fsync time, which drifts between phases, weighs on the three alike. ' +
+      'so that the disk\'s fsync time, which drifts between phases, weighs on all four alike. ' +
       `addMany(): the two queues' calls of ${config.chunkSize} jobs in the same phase, taking turns call by call.`,
   );
   console.log('');
@@ -92,9 +92,12 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
   console.log('');
   console.log(
     'plain SQL: the library\'s own statements on our schema from plain node-pg clients, no Nest, no TypeORM, no worker: ' +
-      `add()'s insert statement one round trip at a time (interleaved with add(), see above); ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
+      `add()'s insert statement one round trip at a time (its NOTIFY in its transaction), and the message add() sends (the insert, its commit, its NOTIFY after the commit in a transaction of its own), both interleaved with add(), see above; ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
       `${config.sqlBatchSize} per claim) then releaseJobs (moves them to finished_jobs as completed, as the default retention does). ` +
-      '"ours / SQL": how close we come to that limit.',
+      '"ours / SQL": how close we come to that limit. Latency, one job at a time from before the add to the claim\'s rows back, as the lines above take theirs: ' +
+      "our statements: add()'s insert with its NOTIFY in one autocommitted statement, heard by a listening client, then claimJobs for one job; " +
+      'the least SQL: a two-column insert whose NOTIFY carries the id, then an update of that row by id on the listening connection (its commit not waiting for the disk), ' +
+      'what any queue on PostgreSQL must wait for a job added in another process: its last line is that floor over graphile-worker\'s p50 (issue 30 asks ours for 60 %).',
   );
   console.log('');
   printLifecycle(config, rounds);
@@ -221,10 +224,28 @@ function againstPlainSql(config: BenchConfig, rounds: RoundResult[]): Row[] {
       kind: 'throughput',
     },
     {
+      line: `add() vs its own message (insert, commit, NOTIFY after), one at a time, ${config.addOneJobs} jobs (jobs/s)`,
+      ours: values(rounds, (r) => r.adds.one.ours),
+      other: values(rounds, (r) => r.adds.one.message),
+      kind: 'throughput',
+    },
+    {
       line: `drain vs SQL limit (${config.sqlClients} clients claim + complete), ${config.jobs} jobs (jobs/s)`,
       ours: values(rounds, (r) => r.ours.drainPerSecond.default),
       other: values(rounds, (r) => r.sqlLimit.drainPerSecond),
       kind: 'throughput',
+    },
+    {
+      line: 'latency add() → start, p50 (ms), a job added in another process: ours with localStart off vs our statements alone',
+      ours: values(rounds, (r) => r.ours.claimedLatencyMs?.p50),
+      other: values(rounds, (r) => r.sqlLimit.latency.ourStatements.p50),
+      kind: 'latency',
+    },
+    {
+      line: 'the same, the least SQL (insert + NOTIFY, update by id) vs graphile-worker',
+      ours: values(rounds, (r) => r.sqlLimit.latency.least.p50),
+      other: values(rounds, (r) => r.theirs.latencyMs.default?.p50),
+      kind: 'latency',
     },
   ];
 }

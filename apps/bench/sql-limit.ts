@@ -8,6 +8,7 @@ import { claimOf } from '../../libs/job-queue/src/core/claim-token';
 import { toClaimedJob, type ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
 import type { BenchConfig } from './config';
 import { insertJobs, SCHEMA, TASK } from './jobs-table';
+import { measureSqlLatency, type SqlLatencyResult } from './sql-latency';
 import { perSecond, type Progress } from './suite';
 
 /** The library's own statement texts, run here on plain node-pg clients. */
@@ -17,6 +18,8 @@ const sql = createQueries(SCHEMA);
 export interface SqlLimitResult {
   /** `sqlClients` loops of claim a batch (claimJobs) then complete it (releaseJobs, keeping them in finished_jobs). */
   drainPerSecond: number;
+  /** A job's wait from its add to its claim, one at a time, through the SQL alone (sql-latency.ts). */
+  latency: SqlLatencyResult;
 }
 
 /**
@@ -40,7 +43,8 @@ export async function runSqlLimit(url: string, config: BenchConfig, progress: Pr
     await insertJobs(clients[0], config.jobs);
     progress(`plain SQL: claim + complete loops on ${config.sqlClients} clients, ${config.jobs} jobs in batches of ${config.sqlBatchSize}`);
     const drainPerSecond = await measureClaimCompleteLoops(clients, claimClients, config);
-    return { drainPerSecond };
+    progress(`plain SQL: latency add → claim through NOTIFY, ${config.latencySamples} samples, our statements and the least SQL`);
+    return { drainPerSecond, latency: await measureSqlLatency(url, config.latencySamples) };
   } finally {
     await Promise.all([...clients, ...claimClients].map((client) => client.end().catch(() => undefined)));
   }

@@ -27,10 +27,11 @@ export type SustainedRequest = { id: number } & (
 /** A worker's starts since its last message: [startedAt, waitMs, startedAt, waitMs, …]. */
 export type SustainedMessage = { type: 'starts'; samples: number[] };
 
-/** What one produce() did: adds made, and how far behind its schedule the last one was issued (ms). */
+/** What one produce() did: adds made, how far behind its schedule the last one was issued (ms), and each add's own time, from its call to its answer (ms). */
 export interface Produced {
   added: number;
   behindMs: number;
+  addMs: number[];
 }
 
 /** What a process has done so far: handlers started (workers) or jobs added (producers), and its CPU time (µs). */
@@ -82,6 +83,7 @@ async function produce(perSecond: number | null, seconds: number, config: BenchC
   let issued = 0;
   let inFlight = 0;
   let behindMs = 0;
+  const addMs: number[] = [];
   let failure: unknown;
   while (issued < total && performance.now() < endAt && failure === undefined) {
     const due = Math.min(total, Math.floor(((performance.now() - begin) / 1000) * rate) + 1);
@@ -91,8 +93,9 @@ async function produce(perSecond: number | null, seconds: number, config: BenchC
       behindMs = Math.max(behindMs, performance.now() - dueAt);
       inFlight += 1;
       issued += 1;
+      const called = performance.now();
       app.addOne(nextIndex++, performance.timeOrigin + dueAt).then(
-        () => ((inFlight -= 1), (added += 1)),
+        () => ((inFlight -= 1), (added += 1), addMs.push(performance.now() - called)),
         (error: unknown) => ((inFlight -= 1), (failure = error)),
       );
     }
@@ -102,7 +105,7 @@ async function produce(perSecond: number | null, seconds: number, config: BenchC
   if (failure !== undefined) throw failure;
   // a schedule not kept to the end: the adds due after the last one issued were never made
   if (perSecond !== null && issued < total) behindMs = Math.max(behindMs, ((total - issued) / rate) * 1000);
-  return { added: issued, behindMs };
+  return { added: issued, behindMs, addMs };
 }
 
 async function handle(request: SustainedRequest): Promise<unknown> {

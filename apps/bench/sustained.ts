@@ -45,6 +45,11 @@ export interface SustainedStep {
   /** How far behind their schedule the producers' last adds were (ms). */
   producersBehindMs: number;
   waits?: Waits;
+  /**
+   * The producers' add() calls themselves, from the call to its answer: a job's wait cannot be
+   * shorter than its add's commit, which waits for the disk's flush.
+   */
+  adds?: Waits;
   /** Jobs added and not yet started when the step ended. */
   backlog: number;
   /** Why the step did not hold; absent if it held. */
@@ -232,6 +237,7 @@ async function runStep(run: Run, system: SustainedSystem, percent: number, base:
     addedPerSecond: added / seconds,
     producersBehindMs: behind,
     waits,
+    adds: waitsOf(produced.flatMap((p) => p.addMs)),
     backlog,
     failed,
     slices: slices.map((slice, i) => ({ ...slice, waits: waitsOf(bySlice[i]) })),

@@ -16,7 +16,8 @@ import { JobSpecValidator } from './job-spec-validator';
 import { LocalStart, type LocalSlot } from './local-start';
 
 /** The SQL types of addJobKeyless's parameters, in order. */
-const KEYLESS_TYPES = ['text', 'jsonb', 'text', 'timestamptz', 'integer', 'integer', 'text[]', 'uuid', 'bigint', 'smallint', 'text'];
+/** addJobKeyless's parameter types, for its PREPARE (the bench's plain message adder sends it too). */
+export const KEYLESS_TYPES = ['text', 'jsonb', 'text', 'timestamptz', 'integer', 'integer', 'text[]', 'uuid', 'bigint', 'smallint', 'text'];
 
 /**
  * The data path's first step (add → row + NOTIFY → claim → run → release), behind
