@@ -45,7 +45,7 @@ describe('localStart beside a claim in flight', () => {
     const claimHeld = new Promise<void>((resolve) => (releaseClaim = resolve));
     jqdb.runOn = (async (client: never, statement: Statement, values: unknown[]) => {
       const rows = await runOn(client, statement, values);
-      if (statement === 'claimJobs' && rows.length > 0) {
+      if ((statement === 'claimJobs' || statement === 'claimJobsById') && rows.length > 0) {
         claimAnswered();
         await claimHeld;
       }

@@ -128,7 +128,7 @@ describe('localStart: a job added in a process whose worker has a free slot star
       await notifications.barrier();
       const job = await other.jobs.add('gated', { n: 9 });
       assert.equal(job.state, 'waiting');
-      assert.deepEqual(await notifications.barrier(), ['']);
+      assert.deepEqual(await notifications.barrier(), [job.id], 'its NOTIFY names it, for a claim by id');
       await waitFor('the job to start by its claim', () => runs(job.id) === 1);
       assert.equal((await row(sql, job.id))?.locked_by, other.worker.workerId);
       assert.equal((await row(sql, job.id))?.claimed_at_insert, false);

@@ -27,7 +27,7 @@ export interface NotifyAfterCommit {
 }
 
 /** The name of a statement of sql/queries.ts. */
-export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'finishedChannel' | 'cancelChannel' | 'eventsChannel' | 'lockTaskLimitOf'>;
+export type Statement = Exclude<keyof JobQueueQueries, 'channel' | 'jobsTable' | 'finishedChannel' | 'cancelChannel' | 'eventsChannel' | 'lockTaskLimitOf'>;
 
 /**
  * The module's hold on PostgreSQL: finds the DataSource, applies the migrations at

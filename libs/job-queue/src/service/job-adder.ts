@@ -50,7 +50,9 @@ export class JobAdder {
         if (slot) return this.addStarted(job, keyless, trace, slot);
         if (manager) return addedJobs([job], await this.db.run<AddedRow>('addJobKeyless', keyless, manager), trace);
         // in a transaction of ours, in one message with its NOTIFY after the commit (sql/notify-after.ts says why)
-        const after = { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, job.runAt) } as const;
+        // naming the job for the workers to claim it by id, unless it is in a named queue (sql/add.ts jobNamed)
+        const named = job.queueName === null ? this.db.sql.jobsTable : undefined;
+        const after = { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, job.runAt, named) } as const;
         return addedJobs([job], await this.db.runThenNotify<AddedRow>('addJobKeyless', KEYLESS_TYPES, keyless, after), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];

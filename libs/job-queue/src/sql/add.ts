@@ -24,6 +24,13 @@ const GROUPED_TAIL = '$10::text, $11::uuid, $12::bigint, $13::smallint';
 /** An add's new row's times (service/added-jobs.ts), from a CTE named `inserted`: whole epoch microseconds (sql/epoch-microseconds.ts). */
 const ADDED_TIMES = `${epochMicroseconds('inserted.run_at')} as run_at_us, ${epochMicroseconds('inserted.created_at')} as created_at_us`;
 
+/**
+ * The payload of the NOTIFY of one job added alone: its id when it is in no named queue, for
+ * workers to claim it by id (sql/claim.ts claimJobsById); '' (claim whatever is next) for a job
+ * of a named queue, which only the general claim may take, as its queue's head.
+ */
+const jobNamed = (row: string) => `case when ${row}.queue_name is null then ${row}.id::text else '' end`;
+
 export function createAddQueries(s: string, channel: string) {
   /** addJobKeyless (see its comment), NOTIFYing the workers itself when the job is due (`notify`) or not (addJobKeylessQuiet). */
   const addKeyless = (notify: boolean) => `
@@ -33,9 +40,9 @@ export function createAddQueries(s: string, channel: string) {
       inserted as (
         insert into ${s}.jobs (${KEYLESS_COLUMNS})
         values (${KEYLESS_VALUES})
-        returning id, run_at, created_at
+        returning id, run_at, created_at, queue_name
       )${notify ? `,
-      notified as (select pg_notify('${channel}', '') from inserted where run_at <= now())` : ''}
+      notified as (select pg_notify('${channel}', ${jobNamed('inserted')}) from inserted where run_at <= now())` : ''}
       select inserted.id, ${ADDED_TIMES} from inserted${notify ? ' left join notified on true' : ''}`;
 
   /** addJobsBulk (see its comment), with its NOTIFY or without (addJobsBulkQuiet). */
@@ -56,7 +63,7 @@ export function createAddQueries(s: string, channel: string) {
                case when flags is null then '{}'::text[] else array(select jsonb_array_elements_text(flags::jsonb)) end, $8::uuid, $9::bigint, $10::smallint,
                ($11::text[])[ord::int]
         from specs order by ord
-        returning id, run_at, created_at
+        returning id, run_at, created_at, queue_name
       )${notify ? `,
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)` : ''}
       select inserted.id, ${ADDED_TIMES} from inserted${notify ? ' left join notified on true' : ''} order by inserted.id`;
@@ -101,9 +108,9 @@ export function createAddQueries(s: string, channel: string) {
                case when c.takes then 1 else 0 end, case when c.takes then now() end,
                case when c.takes then $12::text end, case when c.takes then now() end
         from claimer c
-        returning id, run_at, created_at, locked_by
+        returning id, run_at, created_at, locked_by, queue_name
       ),
-      notified as (select pg_notify('${channel}', '') from inserted where locked_by is null and run_at <= now())
+      notified as (select pg_notify('${channel}', ${jobNamed('inserted')}) from inserted where locked_by is null and run_at <= now())
       select inserted.id, ${ADDED_TIMES}, inserted.locked_by from inserted left join notified on true`,
 
     /**

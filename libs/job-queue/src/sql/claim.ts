@@ -48,6 +48,33 @@ export function createClaimQueries(s: string) {
      * both), so only the unqueued walk tells them apart.
      */
     claimUngroupedJobs: claimStatement(s, { ungroupedOnly: true }),
+    /**
+     * claimJobs for the jobs named by the NOTIFYs that woke the worker ($6, ids), when its last
+     * claim found nothing more waiting (worker/producer.ts): those of them still claimable, with
+     * the same rules, SET and RETURNING, found by primary key. A job in a named queue is never
+     * named (sql/add.ts jobNamed). Its plan is a few nodes, where the general claim's are
+     * dozens that the server sets up at every run (0.3–0.6 ms on this VM, beyond what
+     * pg_stat_statements counts as its execution); the claim of a job added in another process
+     * is this one. Ids others have locked, taken or cancelled are skipped: nothing else is
+     * claimed, as nothing else was waiting. candidate_count counts the jobs taken.
+     */
+    claimJobsById: `
+      with picked as materialized (
+        select j.id, j.priority, j.run_at
+        from ${s}.jobs j
+        where j.id = any($6::bigint[]) and j.is_available and j.queue_name is null
+          and j.run_at <= now() and ${claimable('j')} and j.cancel_requested_at is null
+          and exists (select 1 from ${s}.workers w where w.id = $4)
+        order by j.priority, j.run_at, j.id
+        limit $3::int
+        for update of j skip locked
+      ),
+      started as (select array(select id from picked order by priority, run_at, id limit $5::int) as ids)
+      update ${s}.jobs j
+      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
+          started_at = case when j.id = any((select ids from started)::bigint[]) then now() end
+      where j.id = any(array(select id from picked))
+      returning ${CLAIMED_COLUMNS}, (select count(*) from picked)::int as candidate_count`,
   };
 }
 

@@ -29,10 +29,16 @@ function unflushed(notify: string): string[] {
   return ['begin', 'set local synchronous_commit = off', notify, 'commit'];
 }
 
-/** The NOTIFY addJobKeyless sends: the jobs channel, if the job added for `runAt` (null for now) is due by the server's clock. */
-export function notifyIfDue(channel: string, runAt: Date | null): string[] {
+/**
+ * The NOTIFY addJobKeyless sends: the jobs channel, if the job added for `runAt` (null for now)
+ * is due by the server's clock. With `jobs` (the quoted jobs table), its payload is the id the
+ * add drew on this connection (its sequence's currval), as addJobKeyless's own NOTIFY names a
+ * job in no named queue (sql/add.ts jobNamed); without, '' (addMany: claim whatever is next).
+ */
+export function notifyIfDue(channel: string, runAt: Date | null, jobs?: string): string[] {
   const due = runAt === null ? '' : ` where ${timestampLiteral(runAt)}::timestamptz <= now()`;
-  return unflushed(`select pg_notify(${quoteLiteral(channel)}, '')${due}`);
+  const payload = jobs ? `currval(pg_get_serial_sequence(${quoteLiteral(jobs)}, 'id'))::text` : `''`;
+  return unflushed(`select pg_notify(${quoteLiteral(channel)}, ${payload})${due}`);
 }
 
 /**

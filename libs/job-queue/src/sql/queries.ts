@@ -66,6 +66,8 @@ export function createQueries(schema: string) {
 
   return {
     channel,
+    /** The quoted jobs table, for statements written elsewhere (sql/notify-after.ts notifyIfDue). */
+    jobsTable: `${s}.jobs`,
     finishedChannel: finished,
     cancelChannel: cancelChannel(schema),
     eventsChannel: events,

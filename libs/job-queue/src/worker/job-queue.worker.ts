@@ -25,6 +25,9 @@ import { writeReleases } from './release-parameters';
 import { drainAtShutdown } from './shutdown';
 import { WorkerState, type WorkerStatus } from './worker-state';
 
+/** A NOTIFY payload on the jobs channel that names a job: its id (the others are '', 'paused' or 'listeners'). */
+const JOB_ID = /^[0-9]+$/;
+
 export type { WorkerStatus } from './worker-state';
 
 /**
@@ -141,6 +144,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     await membership.listen((channel, payload) => {
       if (channel === cancels) this.executor.cancel([payload ?? '']);
       else if (payload === 'listeners') void this.audience.refresh(); // a listener of queue events came or went
+      else if (payload && JOB_ID.test(payload)) producer.wakeFor(payload); // a job added alone, named (sql/add.ts jobNamed)
       else {
         // Pauses or limits changed (read before the next claim), or (re)connected: a change may have gone unheard.
         if (payload === CONTROLS_CHANGED || channel === undefined) this.controls.markStale();

@@ -101,8 +101,28 @@ export class Producer extends WorkerPart {
     return this.claims.close();
   }
 
-  /** Asks for a fetch; wake-ups that arrive while one is queued share it. */
+  /** Asks for a fetch that claims whatever is next (the general claim); wake-ups that arrive while one is queued share it. */
   wake(): Promise<number> {
+    this.wokenForAny = true;
+    return this.queueFetch();
+  }
+
+  /**
+   * A NOTIFY named a job added alone (sql/add.ts jobNamed): if nothing else was waiting at the
+   * last claim, the next fetch claims the jobs so named by id (sql claimJobsById), a claim of a
+   * few plan nodes rather than the general claim's dozens. Workers woken together race for the
+   * row; the others take nothing and do nothing more.
+   */
+  wakeFor(jobId: string): void {
+    this.notifiedIds.add(jobId);
+    void this.queueFetch();
+  }
+
+  /** Since the fetch under way began: the jobs NOTIFYs named (wakeFor), and whether a wake-up asked for whatever is next (wake). */
+  private readonly notifiedIds = new Set<string>();
+  private wokenForAny = false;
+
+  private queueFetch(): Promise<number> {
     if (this.wakeQueued) return this.fetchChain;
     this.wakeQueued = true;
     this.fetchChain = this.fetchChain.then(() => {
@@ -197,6 +217,10 @@ export class Producer extends WorkerPart {
     const { state } = this;
     const { controls } = this;
     let total = 0;
+    // Only NOTIFYs naming jobs woke it, and the last claim found nothing more waiting: those jobs alone.
+    let named = this.wokenForAny || this.moreMayBeWaiting || this.notifiedIds.size === 0 ? undefined : [...this.notifiedIds];
+    this.notifiedIds.clear();
+    this.wokenForAny = false;
     while (!state.stopping) {
       // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
       if (controls.isStale) await controls.fresh();
@@ -224,7 +248,7 @@ export class Producer extends WorkerPart {
         // Whichever claim goes first may fill the room: with both kinds of task, they take
         // turns at going first, so that neither starves while the other keeps the slots full.
         this.limitedFirst = limited.length > 0 && unlimited.length > 0 && (this.slotWanted || !this.limitedFirst);
-        const general = () => this.claimUnlimited(unlimited, rows, args);
+        const general = () => this.claimUnlimited(unlimited, rows, args, named);
         const limits = () => this.claimLimitedTasks(limited, rows, args); // with none, notes that no limit is reached
         for (const claim of this.limitedFirst ? [limits, general] : [general, limits]) more = (await claim()) || more;
         this.claimFailures = 0;
@@ -252,18 +276,27 @@ export class Producer extends WorkerPart {
       this.startPrefetched();
       total += rows.length;
       this.moreMayBeWaiting = more || this.refillWanted;
+      named = undefined; // a claim round that filled what it asked for goes on with the general claim
       if (!more) break;
     }
     return total;
   }
 
-  /** The general claim (sql claimJobs) of the tasks without a limit, into what is left of the room, appended to `rows`; returns whether it filled what it asked for. */
-  private async claimUnlimited(unlimited: string[], rows: ClaimedRow[], args: ClaimArgs): Promise<boolean> {
+  /**
+   * The general claim (sql claimJobs) of the tasks without a limit, into what is left of the
+   * room, appended to `rows`; or, given `named`, the claim of those jobs alone (claimJobsById).
+   * Returns whether it filled what it asked for.
+   */
+  private async claimUnlimited(unlimited: string[], rows: ClaimedRow[], args: ClaimArgs, named?: string[]): Promise<boolean> {
     const room = args.room - rows.length;
     if (unlimited.length === 0) return false;
     if (room <= 0) return true;
     const free = Math.max(0, args.free - rows.length);
-    const claimed = await this.claims.run((client) => this.db.runOn<ClaimedRow>(client, 'claimJobs', [unlimited, args.forbidden, room, args.workerId, free, args.pausedQueues]));
+    const claimed = await this.claims.run((client) =>
+      named
+        ? this.db.runOn<ClaimedRow>(client, 'claimJobsById', [unlimited, args.forbidden, room, args.workerId, free, named])
+        : this.db.runOn<ClaimedRow>(client, 'claimJobs', [unlimited, args.forbidden, room, args.workerId, free, args.pausedQueues]),
+    );
     rows.push(...claimed);
     // Fewer candidates than asked for: the table has nothing more for us right now.
     return claimed.length > 0 && claimed[0].candidate_count >= room;
