@@ -95,7 +95,7 @@ export function printReport(config: BenchConfig, setting: Setting, rounds: Round
       `add()'s insert statement one round trip at a time (its NOTIFY in its transaction), and the message add() sends (the insert, its commit, its NOTIFY after the commit in a transaction of its own), both interleaved with add(), see above; ${config.sqlClients} clients each looping claimJobs (FOR UPDATE SKIP LOCKED, ` +
       `${config.sqlBatchSize} per claim) then releaseJobs (moves them to finished_jobs as completed, as the default retention does). ` +
       '"ours / SQL": how close we come to that limit. Latency, one job at a time from before the add to the claim\'s rows back, as the lines above take theirs: ' +
-      "our statements: add()'s insert with its NOTIFY in one autocommitted statement, heard by a listening client, then claimJobs for one job; " +
+      "our statements: add()'s insert with its NOTIFY naming the job in one autocommitted statement, heard by a listening client, then the claim of that job by id; " +
       'the least SQL: a two-column insert whose NOTIFY carries the id, then an update of that row by id on the listening connection (its commit not waiting for the disk), ' +
       'what any queue on PostgreSQL must wait for a job added in another process: its last line is that floor over graphile-worker\'s p50 (issue 30 asks ours for 60 %).',
   );

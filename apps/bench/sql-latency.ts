@@ -20,10 +20,10 @@ const WORKER = 'bench-sql-latency';
  */
 export interface SqlLatencyResult {
   /**
-   * The library's own statements on plain node-pg clients: add()'s insert with its NOTIFY
-   * (addJobKeyless, one autocommitted statement: one transaction, where add() without a manager
-   * sends two), heard by a listening client, then the worker's claim (claimJobs, one job) on a
-   * client with the claim settings.
+   * The library's own statements on plain node-pg clients: add()'s insert with its NOTIFY naming
+   * the job (addJobKeylessNamed, one autocommitted statement: one transaction, where add()
+   * without a manager sends two), heard by a listening client, then the worker's claim of that
+   * job (claimJobsById) on a client with the claim settings.
    */
   ourStatements: Latency;
   /**
@@ -44,9 +44,9 @@ export async function measureSqlLatency(url: string, samples: number): Promise<S
     await claimer.query(CLAIM_SESSION_SETTINGS);
     await claimer.query({ text: sql.registerWorker, values: [WORKER, 20_000, null, null, null] });
     const ourStatements = await timeSamples(samples, listener, sql.channel, async () => {
-      await producer.query({ name: 'bench_add_job', text: sql.addJobKeyless, values: [TASK, '{}', null, null, null, null, null, null, null, null, null] });
-    }, async () => {
-      const claimed = await claimer.query<ClaimedRow>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], 1, WORKER, 1, []] });
+      await producer.query({ name: 'bench_add_job', text: sql.addJobKeylessNamed, values: [TASK, '{}', null, null, null, null, null, null, null, null, null] });
+    }, async (notification) => {
+      const claimed = await claimer.query<ClaimedRow>({ name: 'bench_claim', text: sql.claimJobsById, values: [[TASK], [], 1, WORKER, 1, [notification.payload]] });
       return async () => releaseClaimed(claimer, claimed.rows);
     });
     await producer.query(`create table ${SCHEMA}.least_jobs (id bigint generated always as identity primary key, payload jsonb not null, locked_at timestamptz)`);

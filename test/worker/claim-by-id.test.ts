@@ -5,8 +5,11 @@ import type { Client } from 'pg';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { JobQueueDatabase, type Statement } from '../../libs/job-queue/src/db/job-queue-database';
 import type { ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
+import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
+import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { NotificationRecorder } from '../support/notifications';
+import { planNodes, type PlanNode } from '../support/plan';
 import { waitFor } from '../support/wait';
 
 /** Each run of `counted` and `other`, by job id: the provider instance (one per app) that ran it, recorded outside the handler. */
@@ -76,6 +79,37 @@ describe('claimJobsById: the jobs a NOTIFY named, by the rules of the general cl
   });
 });
 
+describe('claimJobsById reaches its rows by primary key', () => {
+  let db: TestDatabase;
+  let sql: Client;
+  let t: TestApp;
+
+  before(async () => ({ db, sql, t } = await openTestApp('claim_by_id_plan', { jobQueue: { worker: false, externalTasks: '*' } })));
+  after(() => closeTestApp({ db, sql, t }));
+
+  it('behind 20,000 due jobs it may not take, with the claim connection\'s settings and its generic plan, it reads the named row alone', async () => {
+    await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
+    await sql.query(`insert into job_queue.jobs (task_identifier, payload) select 'elsewhere', '{}' from generate_series(1, 20000)`);
+    const { rows } = await sql.query<{ id: string }>(`insert into job_queue.jobs (task_identifier, payload) values ('work', '{}') returning id`);
+    await sql.query('vacuum analyze job_queue.jobs');
+    await sql.query('begin');
+    try {
+      await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
+      await sql.query(`prepare by_id(text[], text[], integer, text, integer, bigint[]) as ${createQueries('job_queue').claimJobsById}`);
+      const explained = await sql.query(`explain (analyze, format json) execute by_id('{work}', '{}', 10, 'plan-worker', 10, '{${rows[0].id}}')`);
+      const plan = explained.rows[0]['QUERY PLAN'][0].Plan as PlanNode;
+      const scans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
+      const described = JSON.stringify(scans.map((n) => [n['Node Type'], n['Index Name'], n['Index Cond'], n['Rows Removed by Filter']]));
+      assert.ok(scans.length > 0 && scans.every((n) => n['Index Name'] === 'jobs_pkey' && /^\(id = ANY/.test(n['Index Cond'] ?? '')), `jobs is only probed by its ids: ${described}`);
+      assert.ok(scans.every((n) => (n['Rows Removed by Filter'] ?? 0) === 0), `no row read but the named one: ${described}`);
+      assert.equal(plan['Actual Rows'], 1, 'the named job was claimed');
+    } finally {
+      await sql.query('rollback');
+      await sql.query('deallocate all');
+    }
+  });
+});
+
 describe('jobs added alone in another process: claimed by id, each run once', () => {
   let db: TestDatabase;
   let sql: Client;
@@ -127,6 +161,18 @@ describe('jobs added alone in another process: claimed by id, each run once', ()
     assert.ok(counted.every((job) => [first, second].includes(runs.get(job.id)![0] as CountedTasks)), 'the counted jobs ran on their two workers');
     const { rows } = await sql.query('select count(*)::int as n from job_queue.finished_jobs where id = any($1::bigint[]) and state = $2', [all.map((job) => job.id), 'completed']);
     assert.equal(rows[0].n, all.length, 'every job completed once in the history');
+  });
+
+  it('a job that comes due unnamed (a scheduled one) is claimed within a moment under a stream of named adds, not at the poll', async () => {
+    const scheduled = await producer.jobs.add('counted', {} as never, { runAt: new Date(Date.now() + 300) });
+    assert.equal(scheduled.state, 'scheduled', 'no NOTIFY: nothing wakes a worker when it comes due but a claim of whatever is next');
+    const stream: string[] = [];
+    for (let n = 0; n < 100 && !runs.has(scheduled.id); n++) {
+      stream.push((await producer.jobs.add('counted', { n } as never)).id);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.ok(runs.has(scheduled.id), `the scheduled job ran during the stream of ${stream.length} named adds (the poll is ten minutes away)`);
+    await waitFor('the stream to run', () => stream.every((id) => runs.has(id)));
   });
 
   it('a job of a named queue, whose NOTIFY names none, still wakes the general claim', async () => {

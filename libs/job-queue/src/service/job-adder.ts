@@ -15,8 +15,7 @@ import { addDeduped, lockJobKeys } from './deduped-add';
 import { JobSpecValidator } from './job-spec-validator';
 import { LocalStart, type LocalSlot } from './local-start';
 
-/** The SQL types of addJobKeyless's parameters, in order. */
-/** addJobKeyless's parameter types, for its PREPARE (the bench's plain message adder sends it too). */
+/** The SQL types of addJobKeyless's parameters, in order, for its PREPARE (the bench's plain message adder sends it too). */
 export const KEYLESS_TYPES = ['text', 'jsonb', 'text', 'timestamptz', 'integer', 'integer', 'text[]', 'uuid', 'bigint', 'smallint', 'text'];
 
 /**
@@ -53,7 +52,7 @@ export class JobAdder {
         // naming the job for the workers to claim it by id, unless it is in a named queue (sql/add.ts jobNamed)
         const named = job.queueName === null ? this.db.sql.jobsTable : undefined;
         const after = { quiet: 'addJobKeylessQuiet', statements: notifyIfDue(this.db.sql.channel, job.runAt, named) } as const;
-        return addedJobs([job], await this.db.runThenNotify<AddedRow>('addJobKeyless', KEYLESS_TYPES, keyless, after), trace);
+        return addedJobs([job], await this.db.runThenNotify<AddedRow>('addJobKeylessNamed', KEYLESS_TYPES, keyless, after), trace);
       }
       const values = [job.identifier, job.payloadJson, job.queueName, job.runAt, job.maxAttempts, job.jobKey, job.priority, job.flags, job.jobKeyMode];
       const addKeyed = async (into?: EntityManager) => {

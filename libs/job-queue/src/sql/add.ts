@@ -25,15 +25,17 @@ const GROUPED_TAIL = '$10::text, $11::uuid, $12::bigint, $13::smallint';
 const ADDED_TIMES = `${epochMicroseconds('inserted.run_at')} as run_at_us, ${epochMicroseconds('inserted.created_at')} as created_at_us`;
 
 /**
- * The payload of the NOTIFY of one job added alone: its id when it is in no named queue, for
- * workers to claim it by id (sql/claim.ts claimJobsById); '' (claim whatever is next) for a job
- * of a named queue, which only the general claim may take, as its queue's head.
+ * The payload of the NOTIFY of one job added in a transaction of its own: its id when it is in
+ * no named queue, for workers to claim it by id (sql/claim.ts claimJobsById); '' (claim whatever
+ * is next) for a job of a named queue, which only the general claim may take, as its queue's
+ * head. Adds in a caller's transaction say '': PostgreSQL sends identical NOTIFYs of one
+ * transaction once, where a thousand adds naming their jobs would send a thousand.
  */
 const jobNamed = (row: string) => `case when ${row}.queue_name is null then ${row}.id::text else '' end`;
 
 export function createAddQueries(s: string, channel: string) {
-  /** addJobKeyless (see its comment), NOTIFYing the workers itself when the job is due (`notify`) or not (addJobKeylessQuiet). */
-  const addKeyless = (notify: boolean) => `
+  /** addJobKeyless (see its comment), NOTIFYing the workers itself when the job is due (`notify`: '' or the job named) or not (addJobKeylessQuiet). */
+  const addKeyless = (notify: 'any' | 'named' | false) => `
       with queue as (
         insert into ${s}.job_queues (queue_name) select $3::text where $3::text is not null on conflict do nothing
       ),
@@ -42,7 +44,7 @@ export function createAddQueries(s: string, channel: string) {
         values (${KEYLESS_VALUES})
         returning id, run_at, created_at, queue_name
       )${notify ? `,
-      notified as (select pg_notify('${channel}', ${jobNamed('inserted')}) from inserted where run_at <= now())` : ''}
+      notified as (select pg_notify('${channel}', ${notify === 'named' ? jobNamed('inserted') : "''"}) from inserted where run_at <= now())` : ''}
       select inserted.id, ${ADDED_TIMES} from inserted${notify ? ' left join notified on true' : ''}`;
 
   /** addJobsBulk (see its comment), with its NOTIFY or without (addJobsBulkQuiet). */
@@ -83,7 +85,9 @@ export function createAddQueries(s: string, channel: string) {
      * $4 run_at, $5 max_attempts, $6 priority, $7 flags, $8 $9 $10 the trace id, span id and
      * trace flags of the span that adds it, or nulls, $11 its group or null.
      */
-    addJobKeyless: addKeyless(true),
+    addJobKeyless: addKeyless('any'),
+    /** addJobKeyless in a transaction of its own (through a transaction-mode pooler, where no NOTIFY follows the commit): its NOTIFY names the job (jobNamed). */
+    addJobKeylessNamed: addKeyless('named'),
     /**
      * addJobKeyless without its NOTIFY: an add in a transaction of our own (no caller's
      * manager) sends that after the commit, in a transaction of its own

@@ -32,7 +32,7 @@ function unflushed(notify: string): string[] {
 /**
  * The NOTIFY addJobKeyless sends: the jobs channel, if the job added for `runAt` (null for now)
  * is due by the server's clock. With `jobs` (the quoted jobs table), its payload is the id the
- * add drew on this connection (its sequence's currval), as addJobKeyless's own NOTIFY names a
+ * add drew on this connection (its sequence's currval), as addJobKeylessNamed's own NOTIFY names a
  * job in no named queue (sql/add.ts jobNamed); without, '' (addMany: claim whatever is next).
  */
 export function notifyIfDue(channel: string, runAt: Date | null, jobs?: string): string[] {

@@ -11,6 +11,7 @@ import { giveBackAllBut, giveBackOnce, type GiveBackParts } from './give-back';
 import { claimLimited, type ClaimArgs } from './limited-claim';
 import { SlotLeases } from './slot-leases';
 import { maxHeld, PrefetchSizer } from './prefetch';
+import { WakeUps } from './wake-ups';
 import { WorkerPart, type WorkerParts } from './worker-state';
 
 /**
@@ -103,24 +104,17 @@ export class Producer extends WorkerPart {
 
   /** Asks for a fetch that claims whatever is next (the general claim); wake-ups that arrive while one is queued share it. */
   wake(): Promise<number> {
-    this.wokenForAny = true;
+    this.wakeUps.any();
     return this.queueFetch();
   }
 
-  /**
-   * A NOTIFY named a job added alone (sql/add.ts jobNamed): if nothing else was waiting at the
-   * last claim, the next fetch claims the jobs so named by id (sql claimJobsById), a claim of a
-   * few plan nodes rather than the general claim's dozens. Workers woken together race for the
-   * row; the others take nothing and do nothing more.
-   */
+  /** A NOTIFY named a job added alone: the next fetch may claim the jobs so named by id, where idle workers race for the row (wake-ups.ts). */
   wakeFor(jobId: string): void {
-    this.notifiedIds.add(jobId);
+    this.wakeUps.job(jobId);
     void this.queueFetch();
   }
 
-  /** Since the fetch under way began: the jobs NOTIFYs named (wakeFor), and whether a wake-up asked for whatever is next (wake). */
-  private readonly notifiedIds = new Set<string>();
-  private wokenForAny = false;
+  private readonly wakeUps = new WakeUps();
 
   private queueFetch(): Promise<number> {
     if (this.wakeQueued) return this.fetchChain;
@@ -217,10 +211,7 @@ export class Producer extends WorkerPart {
     const { state } = this;
     const { controls } = this;
     let total = 0;
-    // Only NOTIFYs naming jobs woke it, and the last claim found nothing more waiting: those jobs alone.
-    let named = this.wokenForAny || this.moreMayBeWaiting || this.notifiedIds.size === 0 ? undefined : [...this.notifiedIds];
-    this.notifiedIds.clear();
-    this.wokenForAny = false;
+    let named = this.wakeUps.take(this.moreMayBeWaiting); // the jobs NOTIFYs named, to claim alone, or undefined
     while (!state.stopping) {
       // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
       if (controls.isStale) await controls.fresh();
@@ -276,6 +267,7 @@ export class Producer extends WorkerPart {
       this.startPrefetched();
       total += rows.length;
       this.moreMayBeWaiting = more || this.refillWanted;
+      if (!named && !this.moreMayBeWaiting) this.wakeUps.drained();
       named = undefined; // a claim round that filled what it asked for goes on with the general claim
       if (!more) break;
     }
