@@ -2,7 +2,7 @@ import { Client } from 'pg';
 import { executePrepared, sendInOneMessage } from '../../libs/job-queue/src/db/sql-prepared';
 import { notifyIfDue } from '../../libs/job-queue/src/sql/notify-after';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
-import { KEYLESS_TYPES } from '../../libs/job-queue/src/service/job-adder';
+import { KEYLESS_TYPES } from '../../libs/job-queue/src/sql/add';
 import type { SingleAdder } from './adds-interleaved';
 import { SCHEMA, TASK } from './jobs-table';
 import { createSchema } from './sql-limit';

@@ -3,10 +3,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, type Notification } from 'pg';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
-import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
-import { claimOf } from '../../libs/job-queue/src/core/claim-token';
-import { toClaimedJob, type ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
+import type { ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
 import { SCHEMA, TASK } from './jobs-table';
+import { completeClaimed } from './sql-limit';
 import { percentile, type Latency } from './suite';
 
 const sql = createQueries(SCHEMA);
@@ -47,7 +46,8 @@ export async function measureSqlLatency(url: string, samples: number): Promise<S
       await producer.query({ name: 'bench_add_job', text: sql.addJobKeylessNamed, values: [TASK, '{}', null, null, null, null, null, null, null, null, null] });
     }, async (notification) => {
       const claimed = await claimer.query<ClaimedRow>({ name: 'bench_claim', text: sql.claimJobsById, values: [[TASK], [], 1, WORKER, 1, [notification.payload]] });
-      return async () => releaseClaimed(claimer, claimed.rows);
+      if (claimed.rows.length !== 1) throw new Error(`plain SQL latency: the claim took ${claimed.rows.length} jobs, expected 1`);
+      return async () => void (await completeClaimed(claimer, WORKER, claimed.rows)); // untimed: every sample starts from an empty table
     });
     await producer.query(`create table ${SCHEMA}.least_jobs (id bigint generated always as identity primary key, payload jsonb not null, locked_at timestamptz)`);
     await listener.query('set synchronous_commit = off');
@@ -99,13 +99,4 @@ async function timeSamples(
   }
   latencies.sort((a, b) => a - b);
   return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
-}
-
-/** The claimed job completed as the worker's release writes it (untimed), so that every sample starts from an empty table. */
-async function releaseClaimed(client: Client, rows: ClaimedRow[]): Promise<void> {
-  if (rows.length !== 1) throw new Error(`plain SQL latency: the claim took ${rows.length} jobs, expected 1`);
-  const job = toClaimedJob(rows[0], WORKER);
-  const values = releaseParameters(WORKER, { completed: [{ id: job.id, claim: claimOf(job), result: null }], failed: [], started: [], progress: new Map(), claims: new Map() }, true);
-  const released = await client.query<{ released: number }>({ name: 'bench_release', text: sql.releaseJobs, values });
-  if (released.rows[0].released !== 1) throw new Error('plain SQL latency: the release wrote nothing');
 }

@@ -74,19 +74,28 @@ async function claimCompleteLoop(claimClient: Client, client: Client, workerId: 
   for (;;) {
     const claimed = await claimClient.query<ClaimedRow>({ name: 'bench_claim', text: sql.claimJobs, values: [[TASK], [], batchSize, workerId, batchSize, []] });
     if (claimed.rows.length === 0) return done;
-    // as the release batcher does: rows a concurrent claim has locked for a moment come back as busy, and are released again
-    const claims = new Map(claimed.rows.map((row) => [row.id, claimOf(toClaimedJob(row, workerId))]));
-    let ids = claimed.rows.map((row) => row.id);
-    while (ids.length > 0) {
-      // keep completed jobs: true, as a worker with the default retention passes
-      const values = releaseParameters(workerId, { completed: ids.map((id) => ({ id, claim: claims.get(id)!, result: null })), failed: [], started: [], progress: new Map(), claims: new Map() }, true);
-      const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values }); // prepared, as the worker runs it
-      const { released: count, busy } = released.rows[0];
-      if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
-      done += count;
-      ids = busy;
-    }
+    done += await completeClaimed(client, workerId, claimed.rows);
   }
+}
+
+/**
+ * `rows` (claimed for `workerId`) completed with the release batcher's statement, keep-completed
+ * on, as a worker with the default retention passes; returns how many. As the batcher does,
+ * rows a concurrent claim has locked for a moment come back as busy, and are released again.
+ */
+export async function completeClaimed(client: Client, workerId: string, rows: ClaimedRow[]): Promise<number> {
+  const claims = new Map(rows.map((row) => [row.id, claimOf(toClaimedJob(row, workerId))]));
+  let ids = rows.map((row) => row.id);
+  let done = 0;
+  while (ids.length > 0) {
+    const values = releaseParameters(workerId, { completed: ids.map((id) => ({ id, claim: claims.get(id)!, result: null })), failed: [], started: [], progress: new Map(), claims: new Map() }, true);
+    const released = await client.query<{ released: number; busy: string[] }>({ name: 'bench_release', text: sql.releaseJobs, values }); // prepared, as the worker runs it
+    const { released: count, busy } = released.rows[0];
+    if (count + busy.length !== ids.length) throw new Error(`plain SQL: released ${count} and ${busy.length} busy of ${ids.length} claimed jobs`);
+    done += count;
+    ids = busy;
+  }
+  return done;
 }
 
 /** Our schema on the database at `url`, by the library's migrations (also what probes/backlog.cjs runs). */

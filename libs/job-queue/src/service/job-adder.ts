@@ -6,6 +6,7 @@ import { toTraceColumns, traceValues, type TraceColumns } from '../core/trace-co
 import type { AddArgs, TaskName, TaskPayload, TypedJobSpec } from '../core/typed-tasks';
 import type { ValidJob } from '../core/validate-job-spec';
 import { JobQueueDatabase } from '../db/job-queue-database';
+import { KEYLESS_TYPES } from '../sql/add';
 import { notifyIfDue } from '../sql/notify-after';
 import { AmbientTransaction } from '../peers/ambient-transaction';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
@@ -15,8 +16,6 @@ import { addDeduped, lockJobKeys } from './deduped-add';
 import { JobSpecValidator } from './job-spec-validator';
 import { LocalStart, type LocalSlot } from './local-start';
 
-/** The SQL types of addJobKeyless's parameters, in order, for its PREPARE (the bench's plain message adder sends it too). */
-export const KEYLESS_TYPES = ['text', 'jsonb', 'text', 'timestamptz', 'integer', 'integer', 'text[]', 'uuid', 'bigint', 'smallint', 'text'];
 
 /**
  * The data path's first step (add → row + NOTIFY → claim → run → release), behind

@@ -18,6 +18,9 @@ const KEYLESS_COLUMNS = 'task_identifier, payload, queue_name, run_at, max_attem
 const KEYLESS_VALUES = `$1::text, coalesce($2::jsonb, '{}'::jsonb), $3::text, coalesce($4::timestamptz, now()), coalesce($5::integer, ${DEFAULT_MAX_ATTEMPTS}),
                 coalesce($6::integer, ${DEFAULT_PRIORITY}), coalesce($7::text[], '{}'), $8::uuid, $9::bigint, $10::smallint, $11::text`;
 
+/** The SQL types of addJobKeyless's parameters ($1..$11), in order, for its SQL PREPARE (JobQueueDatabase.runThenNotify). */
+export const KEYLESS_TYPES = ['text', 'jsonb', 'text', 'timestamptz', 'integer', 'integer', 'text[]', 'uuid', 'bigint', 'smallint', 'text'];
+
 /** add_grouped_job()'s parameters after add_job's nine: the group, then the trace context (addJobKeyed). */
 const GROUPED_TAIL = '$10::text, $11::uuid, $12::bigint, $13::smallint';
 
@@ -65,7 +68,7 @@ export function createAddQueries(s: string, channel: string) {
                case when flags is null then '{}'::text[] else array(select jsonb_array_elements_text(flags::jsonb)) end, $8::uuid, $9::bigint, $10::smallint,
                ($11::text[])[ord::int]
         from specs order by ord
-        returning id, run_at, created_at, queue_name
+        returning id, run_at, created_at
       )${notify ? `,
       notified as (select pg_notify('${channel}', '') from inserted where run_at <= now() limit 1)` : ''}
       select inserted.id, ${ADDED_TIMES} from inserted${notify ? ' left join notified on true' : ''} order by inserted.id`;
@@ -86,7 +89,7 @@ export function createAddQueries(s: string, channel: string) {
      * trace flags of the span that adds it, or nulls, $11 its group or null.
      */
     addJobKeyless: addKeyless('any'),
-    /** addJobKeyless in a transaction of its own (through a transaction-mode pooler, where no NOTIFY follows the commit): its NOTIFY names the job (jobNamed). */
+    /** addJobKeyless naming its job in its NOTIFY (jobNamed): an add without a caller's manager through a transaction-mode pooler, where no NOTIFY follows the commit (JobQueueDatabase.runThenNotify). */
     addJobKeylessNamed: addKeyless('named'),
     /**
      * addJobKeyless without its NOTIFY: an add in a transaction of our own (no caller's
