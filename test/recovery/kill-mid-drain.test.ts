@@ -55,16 +55,22 @@ describe('a worker process killed with SIGKILL', () => {
       select case when n % 59 = 0 then job_queue.add_job('nap', '{"ms": 1500}') else job_queue.add_job('record') end
       from generate_series(1, 3000) as n`);
     const total = 3000;
-    await waitFor('the victim to be busy with started and prefetched jobs', async () => {
+    // Frozen while it holds both: between a look and the SIGSTOP a running worker may start
+    // its last prefetched jobs, so a freeze that finds none is undone and tried again.
+    let held: Array<{ id: string; attempts: number; started: boolean }> = [];
+    await waitFor('the victim frozen while busy with started and prefetched jobs', async () => {
       const { rows } = await sql.query(
         `select count(*) filter (where started_at is not null)::int as started, count(*) filter (where started_at is null)::int as prefetched,
                 (select count(*)::int from runs) as ran
            from job_queue.jobs where locked_by = $1`,
         [victim.workerId],
       );
-      return rows[0].started > 0 && rows[0].prefetched > 0 && rows[0].ran > 300;
+      if (!(rows[0].started > 0 && rows[0].prefetched > 0 && rows[0].ran > 300)) return false;
+      held = await freeze(sql, victim);
+      if (held.some((job) => job.started) && held.some((job) => !job.started)) return true;
+      victim.resume();
+      return false;
     });
-    const held = await freeze(sql, victim);
     const started = held.filter((job) => job.started);
     const prefetched = held.filter((job) => !job.started);
     assert.ok(started.length > 0 && prefetched.length > 0, `the victim held started and prefetched jobs: ${JSON.stringify(held)}`);
