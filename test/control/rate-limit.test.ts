@@ -84,7 +84,12 @@ describe('rateLimit across worker processes', () => {
     assert.deepEqual(entry.limits, { concurrency: 1 }, 'the rate is removed, the concurrency set');
 
     await s.t.jobs.resetTaskLimits('limited');
-    const declared = await add(12);
+    // The task was leased (globalConcurrency alone) and is rate-limited again: a worker learns that
+    // within a notification's delay (docs/guides/limits.md), and a claim already on its way under
+    // the lease may prefetch what is due, to start it later uncounted. Jobs that come due a second
+    // later are claimed by workers that have all heard of the reset.
+    const runAt = new Date(Date.now() + 1000);
+    const declared = (await s.t.jobs.addMany(Array.from({ length: 12 }, (_, n) => ({ identifier: 'limited' as never, payload: { ms: 0, n } as never, runAt })))).map((job) => job.id);
     await waitFor('the jobs under the declared limit to run', () => finished(declared), 30_000);
     assert.equal(await mostStartsInWindow(s.sql, declared, 1000), 5, 'the declared 5 a second again');
   });
