@@ -32,6 +32,90 @@ const absorbed = (s: string, m: string) => `
   and not exists (select 1 from ${s}.job_dependencies e where e.dependency_id = ${m}.id and e.policy = 'fail')`;
 
 /**
+ * add_flow's check of its steps, raising JQ_INVALID_FLOW (plpgsql statements; `steps` the
+ * function's argument). Part of Flows1764300000000's add_flow and of FlowAddOnce1765200000000's:
+ * changing it changes what those migrations wrote, so a change is a new fragment.
+ */
+export const ADD_FLOW_CHECK = `       if jsonb_typeof(steps) is distinct from 'array' or jsonb_array_length(steps) = 0 then
+         raise exception 'JQ_INVALID_FLOW: a flow needs at least one step' using errcode = '22023';
+       end if;
+       with spec as (select s.step, s.ord, s.step ->> 'ref' as ref from jsonb_array_elements(steps) with ordinality as s(step, ord))
+       select problem into v_problem from (
+         select 'step ' || ord || ' has no ref or no identifier' as problem from spec
+         where ref is null or step ->> 'identifier' is null
+         union all
+         select 'the ref ' || ref || ' is used twice' from spec group by ref having count(*) > 1
+         union all
+         select 'step ' || p.ref || ' has onDependencyFailure ' || (p.step ->> 'onDependencyFailure') from spec p
+         where coalesce(p.step ->> 'onDependencyFailure', 'fail') not in ('fail', 'ignore', 'continue')
+         union all
+         select 'step ' || p.ref || ' depends on ' || d.value || ', which is no step before it'
+         from spec p cross join lateral jsonb_array_elements_text(coalesce(p.step -> 'dependsOn', '[]'::jsonb)) d(value)
+         where not exists (select 1 from spec q where q.ref = d.value and q.ord < p.ord)
+       ) problems limit 1;
+       if v_problem is not null then
+         raise exception 'JQ_INVALID_FLOW: %', v_problem using errcode = '22023';
+       end if;
+`;
+
+/**
+ * add_flow's insert of its steps (a plpgsql `return query`; `steps`, `trace_id`, `span_id` and
+ * `trace_flags` the arguments of function `fn`): `nextId` draws each step's id. As ADD_FLOW_CHECK, part
+ * of two migrations' functions.
+ */
+export const addFlowInsert = (s: string, jobs: string, nextId: string, fn: string) => `       return query
+       with ided as materialized (
+         select s.step, s.ord, s.step ->> 'ref' as ref, ${nextId} as id
+         from jsonb_array_elements(steps) with ordinality as s(step, ord)
+       ),
+       flow as (select min(i.id) as flow_id, count(*)::int as n from ided i),
+       deps as (
+         select distinct i.id as job_id, i.ref as job_ref, d.value as dependency_ref, q.id as dependency_id, coalesce(i.step ->> 'onDependencyFailure', 'fail') as policy
+         from ided i cross join lateral jsonb_array_elements_text(coalesce(i.step -> 'dependsOn', '[]'::jsonb)) d(value)
+         join ided q on q.ref = d.value
+       ),
+       pending as (select job_id, count(*)::int as n from deps group by job_id),
+       made as (insert into ${s}.flows (id, unfinished) select flow_id, n from flow),
+       edges as (
+         insert into ${s}.job_dependencies (job_id, job_ref, dependency_ref, dependency_id, flow_id, policy)
+         select d.job_id, d.job_ref, d.dependency_ref, d.dependency_id, f.flow_id, d.policy from deps d cross join flow f
+       ),
+       queues as (
+         insert into ${s}.job_queues (queue_name) select distinct i.step ->> 'queueName' from ided i where i.step ->> 'queueName' is not null
+         on conflict do nothing
+       ),
+       roots as (
+         insert into ${s}.jobs (id, task_identifier, payload, queue_name, run_at, max_attempts, priority, flags,
+           trace_id, span_id, trace_flags, flow_id, flow_ref)
+         overriding system value
+         select i.id, i.step ->> 'identifier', coalesce(i.step -> 'payload', '{}'::jsonb), i.step ->> 'queueName',
+           coalesce((i.step ->> 'runAt')::timestamptz, now()), coalesce((i.step ->> 'maxAttempts')::int, 25), coalesce((i.step ->> 'priority')::int, 0),
+           coalesce(array(select jsonb_array_elements_text(i.step -> 'flags')), '{}'), ${fn}.trace_id, ${fn}.span_id, ${fn}.trace_flags,
+           f.flow_id, i.ref
+         from ided i cross join flow f
+         where not exists (select 1 from pending p where p.job_id = i.id)
+         returning id, run_at, created_at
+       ),
+       waiting as (
+         insert into ${s}.blocked_jobs (id, task_identifier, payload, queue_name, run_at, max_attempts, priority, flags,
+           trace_id, span_id, trace_flags, flow_id, flow_ref, pending)
+         select i.id, i.step ->> 'identifier', coalesce(i.step -> 'payload', '{}'::jsonb), i.step ->> 'queueName',
+           (i.step ->> 'runAt')::timestamptz, coalesce((i.step ->> 'maxAttempts')::int, 25), coalesce((i.step ->> 'priority')::int, 0),
+           coalesce(array(select jsonb_array_elements_text(i.step -> 'flags')), '{}'), ${fn}.trace_id, ${fn}.span_id, ${fn}.trace_flags,
+           f.flow_id, i.ref, p.n
+         from ided i cross join flow f join pending p on p.job_id = i.id
+         returning id, run_at, created_at
+       ),
+       notified as (select pg_notify('${jobs}', '') from roots r where r.run_at <= now() limit 1)
+       -- joined as the CTE itself (at most one row), never as an aggregate of it: a join to a subquery
+       -- known to give one row whose columns go unused is removed by the planner, and the NOTIFY with it
+       select i.ref, i.id, w.id is not null, coalesce(r.run_at, w.run_at), coalesce(r.created_at, w.created_at)
+       from ided i left join roots r on r.id = i.id left join waiting w on w.id = i.id
+       left join notified on true
+       order by i.ord;
+`;
+
+/**
  * The SQL functions of flows (migration Flows1764300000000) that settle and add them, as
  * statements (those that act on request: 1764300000000-flow-admin-functions.ts). Written here
  * once, as they were with this migration: a later change writes a new migration.
@@ -43,6 +127,7 @@ export function createFlowFunctions(schema: string): string[] {
   const finished = literal(finishedChannel(schema));
   const events = literal(eventsChannel(schema));
   const sequence = literal(`${s}.jobs`);
+  const nextId = `nextval(pg_get_serial_sequence('${sequence}', 'id'))`;
   /** "Some live listener wants events of type `type` (an expression) for task `task`." */
   const wanted = (type: string, task: string) => `
     exists (select 1 from ${s}.event_listeners l where l.expires_at > now() and (l.filter -> ${type} = 'true'::jsonb or l.filter -> ${type} ? ${task}))`;
@@ -254,77 +339,7 @@ export function createFlowFunctions(schema: string): string[] {
      declare
        v_problem text;
      begin
-       if jsonb_typeof(steps) is distinct from 'array' or jsonb_array_length(steps) = 0 then
-         raise exception 'JQ_INVALID_FLOW: a flow needs at least one step' using errcode = '22023';
-       end if;
-       with spec as (select s.step, s.ord, s.step ->> 'ref' as ref from jsonb_array_elements(steps) with ordinality as s(step, ord))
-       select problem into v_problem from (
-         select 'step ' || ord || ' has no ref or no identifier' as problem from spec
-         where ref is null or step ->> 'identifier' is null
-         union all
-         select 'the ref ' || ref || ' is used twice' from spec group by ref having count(*) > 1
-         union all
-         select 'step ' || p.ref || ' has onDependencyFailure ' || (p.step ->> 'onDependencyFailure') from spec p
-         where coalesce(p.step ->> 'onDependencyFailure', 'fail') not in ('fail', 'ignore', 'continue')
-         union all
-         select 'step ' || p.ref || ' depends on ' || d.value || ', which is no step before it'
-         from spec p cross join lateral jsonb_array_elements_text(coalesce(p.step -> 'dependsOn', '[]'::jsonb)) d(value)
-         where not exists (select 1 from spec q where q.ref = d.value and q.ord < p.ord)
-       ) problems limit 1;
-       if v_problem is not null then
-         raise exception 'JQ_INVALID_FLOW: %', v_problem using errcode = '22023';
-       end if;
-       return query
-       with ided as materialized (
-         select s.step, s.ord, s.step ->> 'ref' as ref, nextval(pg_get_serial_sequence('${sequence}', 'id')) as id
-         from jsonb_array_elements(steps) with ordinality as s(step, ord)
-       ),
-       flow as (select min(i.id) as flow_id, count(*)::int as n from ided i),
-       deps as (
-         select distinct i.id as job_id, i.ref as job_ref, d.value as dependency_ref, q.id as dependency_id, coalesce(i.step ->> 'onDependencyFailure', 'fail') as policy
-         from ided i cross join lateral jsonb_array_elements_text(coalesce(i.step -> 'dependsOn', '[]'::jsonb)) d(value)
-         join ided q on q.ref = d.value
-       ),
-       pending as (select job_id, count(*)::int as n from deps group by job_id),
-       made as (insert into ${s}.flows (id, unfinished) select flow_id, n from flow),
-       edges as (
-         insert into ${s}.job_dependencies (job_id, job_ref, dependency_ref, dependency_id, flow_id, policy)
-         select d.job_id, d.job_ref, d.dependency_ref, d.dependency_id, f.flow_id, d.policy from deps d cross join flow f
-       ),
-       queues as (
-         insert into ${s}.job_queues (queue_name) select distinct i.step ->> 'queueName' from ided i where i.step ->> 'queueName' is not null
-         on conflict do nothing
-       ),
-       roots as (
-         insert into ${s}.jobs (id, task_identifier, payload, queue_name, run_at, max_attempts, priority, flags,
-           trace_id, span_id, trace_flags, flow_id, flow_ref)
-         overriding system value
-         select i.id, i.step ->> 'identifier', coalesce(i.step -> 'payload', '{}'::jsonb), i.step ->> 'queueName',
-           coalesce((i.step ->> 'runAt')::timestamptz, now()), coalesce((i.step ->> 'maxAttempts')::int, 25), coalesce((i.step ->> 'priority')::int, 0),
-           coalesce(array(select jsonb_array_elements_text(i.step -> 'flags')), '{}'), add_flow.trace_id, add_flow.span_id, add_flow.trace_flags,
-           f.flow_id, i.ref
-         from ided i cross join flow f
-         where not exists (select 1 from pending p where p.job_id = i.id)
-         returning id, run_at, created_at
-       ),
-       waiting as (
-         insert into ${s}.blocked_jobs (id, task_identifier, payload, queue_name, run_at, max_attempts, priority, flags,
-           trace_id, span_id, trace_flags, flow_id, flow_ref, pending)
-         select i.id, i.step ->> 'identifier', coalesce(i.step -> 'payload', '{}'::jsonb), i.step ->> 'queueName',
-           (i.step ->> 'runAt')::timestamptz, coalesce((i.step ->> 'maxAttempts')::int, 25), coalesce((i.step ->> 'priority')::int, 0),
-           coalesce(array(select jsonb_array_elements_text(i.step -> 'flags')), '{}'), add_flow.trace_id, add_flow.span_id, add_flow.trace_flags,
-           f.flow_id, i.ref, p.n
-         from ided i cross join flow f join pending p on p.job_id = i.id
-         returning id, run_at, created_at
-       ),
-       notified as (select pg_notify('${jobs}', '') from roots r where r.run_at <= now() limit 1)
-       -- joined as the CTE itself (at most one row), never as an aggregate of it: a join to a subquery
-       -- known to give one row whose columns go unused is removed by the planner, and the NOTIFY with it
-       select i.ref, i.id, w.id is not null, coalesce(r.run_at, w.run_at), coalesce(r.created_at, w.created_at)
-       from ided i left join roots r on r.id = i.id left join waiting w on w.id = i.id
-       left join notified on true
-       order by i.ord;
-     end;
+${ADD_FLOW_CHECK}${addFlowInsert(s, jobs, nextId, 'add_flow')}     end;
      $fn$`,
 
   ];

@@ -14,6 +14,7 @@ import { createTaskLimitsMigration } from './1764800000000-task-limits';
 import { createJobGroupsMigration } from './1764900000000-job-groups';
 import { createTaskFetchIndexMigration } from './1765000000000-task-fetch-index';
 import { createJobsVacuumTruncateMigration } from './1765100000000-jobs-vacuum-truncate';
+import { createFlowAddOnceMigration } from './1765200000000-flow-add-once';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -40,5 +41,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createJobGroupsMigration(schema),
     createTaskFetchIndexMigration(schema),
     createJobsVacuumTruncateMigration(schema),
+    createFlowAddOnceMigration(schema),
   ];
 }

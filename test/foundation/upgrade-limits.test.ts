@@ -14,6 +14,7 @@ const MIGRATIONS = [
   'JobGroups1764900000000',
   'TaskFetchIndex1765000000000',
   'JobsVacuumTruncate1765100000000',
+  'FlowAddOnce1765200000000',
 ];
 
 /** The new version's `hold`, limited as the test says, and `marker`. */

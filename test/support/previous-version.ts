@@ -40,6 +40,8 @@ export const LIMITS_VERSION = '3209aae';
 export const GROUPS_VERSION = 'd34684f';
 /** The last commit before migration JobsVacuumTruncate1765100000000 (it has every migration through TaskFetchIndex1765000000000). */
 export const TASK_FETCH_VERSION = 'fab88a8';
+/** The last commit before migration FlowAddOnce1765200000000 (it has every migration through JobsVacuumTruncate1765100000000). */
+export const VACUUM_TRUNCATE_VERSION = 'c08b82e';
 /** The migrations FLOWS_VERSION knows, as its library lists them. */
 export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
   'CreateJobTables1763700000000',
@@ -153,8 +155,19 @@ export class OldWorkerProcess {
    * `addMany()`), and resolves with their ids. `runAt` may be given as an ISO string.
    */
   async add(specs: Array<{ identifier: string; payload?: unknown; [spec: string]: unknown }>, { many = false } = {}): Promise<string[]> {
+    return this.command({ add: specs, many });
+  }
+
+  /** Adds a flow through the child's own JobQueueService (`addFlow()`: versions with flows), and resolves with its id. */
+  async addFlow(steps: Array<{ ref: string; identifier: string; payload?: unknown; dependsOn?: string[] }>): Promise<string> {
+    const [flowId] = await this.command({ flow: steps });
+    return flowId;
+  }
+
+  /** Sends an adding command (old-worker.js) and resolves with the ids it printed. */
+  private async command(command: object): Promise<string[]> {
     const tag = `c${++this.commands}`;
-    this.child.stdin!.write(`${JSON.stringify({ tag, add: specs, many })}\n`);
+    this.child.stdin!.write(`${JSON.stringify({ tag, ...command })}\n`);
     const added = new RegExp(`^added ${tag} (\\[.*\\])$`, 'm');
     const failed = new RegExp(`^add failed ${tag}:`, 'm');
     await this.waitForOutput(`the jobs of command ${tag} to be added`, () => added.test(this.output) || failed.test(this.output));

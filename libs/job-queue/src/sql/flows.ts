@@ -16,7 +16,7 @@ export function createFlowQueries(s: string, channel: string) {
     /** $1 the steps (json text, in an order where each depends only on steps before it), $2 $3 $4 the adding span's trace columns or nulls. */
     addFlow: `
       select f.ref, f.id::text as id, f.blocked, ${epochMicroseconds('f.run_at')} as run_at_us, ${epochMicroseconds('f.created_at')} as created_at_us
-      from ${s}.add_flow($1::jsonb, $2::uuid, $3::bigint, $4::smallint) f`,
+      from ${s}.add_flow_unchecked($1::jsonb, $2::uuid, $3::bigint, $4::smallint) f`,
 
     /** $1 job id: its direct dependencies as they ended (unsettled ones too, with a null state). */
     dependencyResults: `
