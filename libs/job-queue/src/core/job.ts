@@ -197,3 +197,6 @@ export function latestJobs(rows: readonly JobRow[]): Map<string, Job> {
   }
   return byId;
 }
+
+/** Orders two job ids (bigint as decimal text, no leading zeros) by value, without parsing them: the shorter is smaller. */
+export const compareJobIds = (a: string, b: string): number => a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { JobQueueError } from '../core/errors';
 import { checkFlowJobSpec, orderFlowSteps, type AddedFlow, type DependencyResult, type Flow, type FlowEdge, type FlowState, type FlowStep } from '../core/flow-steps';
-import type { Job, JobSpec } from '../core/job';
+import { compareJobIds, type Job, type JobSpec } from '../core/job';
 import { toJsonText } from '../core/json';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { toTraceColumns, traceValues } from '../core/trace-context';
@@ -72,7 +72,7 @@ export class JobFlows {
       const rows = await this.db.run<AddedRow & { ref: string; blocked: boolean }>('addFlow', [json, ...traceValues(trace)], manager);
       const added = addedJobs(jobs, rows, trace);
       // the flow's id is its first job's (add_flow's smallest)
-      flow.flowId = rows.reduce((min, row) => (BigInt(row.id) < BigInt(min) ? row.id : min), rows[0].id);
+      flow.flowId = rows.reduce((min, row) => (compareJobIds(row.id, min) < 0 ? row.id : min), rows[0].id);
       rows.forEach((row, index) => {
         const job = { ...added[index], flowId: flow.flowId, flowRef: row.ref };
         flow.jobs[row.ref] = row.blocked ? { ...job, state: 'blocked', runAt: jobs[index].runAt ?? job.createdAt } : job;
@@ -171,7 +171,7 @@ export class JobFlows {
 
   /** The jobs with these ids as they are now, by id (ids are bigints: compared as such). */
   private async jobsById(ids: string[], manager?: EntityManager): Promise<Job[]> {
-    return [...(await readJobs(this.db, ids, manager)).values()].sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+    return [...(await readJobs(this.db, ids, manager)).values()].sort((a, b) => compareJobIds(a.id, b.id));
   }
 
 }

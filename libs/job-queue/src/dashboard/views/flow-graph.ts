@@ -1,5 +1,5 @@
 import type { Flow, FlowEdge } from '../../core/flow-steps';
-import type { Job } from '../../core/job';
+import { compareJobIds, type Job } from '../../core/job';
 import { html, type Html } from '../html';
 
 /** One step of a flow in its graph: the jobs of its ref (a chain, when it continued), by id. */
@@ -72,7 +72,7 @@ export function layoutFlow(flow: Flow): { nodes: FlowNode[]; links: FlowLink[] }
       const from = waitsFor.get(node) ?? [];
       return from.length === 0 ? 0 : from.reduce((sum, n) => sum + n.row, 0) / from.length;
     };
-    column.sort((a, b) => centre(a) - centre(b) || (BigInt(a.jobs[0].id) < BigInt(b.jobs[0].id) ? -1 : 1));
+    column.sort((a, b) => centre(a) - centre(b) || compareJobIds(a.jobs[0].id, b.jobs[0].id));
     column.forEach((node, row) => (node.row = row));
   }
   return { nodes, links };
