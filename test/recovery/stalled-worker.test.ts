@@ -140,4 +140,39 @@ describe('a stalled worker', () => {
     assert.equal(finished[0].n, 0, 'neither was completed nor failed');
     assert.match(victim.output, /settled after this worker lost it; its outcome was not written/);
   });
+
+  it('a job it had claimed ahead (prefetched), rescued during the stall, is not started as it resumes: it runs once, elsewhere', async () => {
+    const [other] = await startWorkerProcesses(1, { url: db.url, concurrency: 2, env: ENV });
+    await waitFor('the first process to lead', async () => (await leaseHolder()) === other.workerId);
+    const [victim] = await startWorkerProcesses(1, { url: db.url, concurrency: 1, env: ENV });
+    await forbid(other, 'pinned');
+    // Fast jobs first, the victim's alone: it claims ahead only once its jobs prove fast (worker/prefetch.ts).
+    const { rows: warm } = await sql.query(`select (job_queue.add_job('record', flags => '{pinned}')).id::text as id from generate_series(1, 60)`);
+    await waitForValue(sql, 'the victim to run the fast jobs', 'select count(*)::int from runs where job_id = any($1::bigint[])', 60, [warm.map((row) => row.id)]);
+    await waitForValue(sql, 'their completion', 'select count(*)::int from job_queue.jobs where id = any($1::bigint[])', 0, [warm.map((row) => row.id)]);
+    // A job that holds its only slot for 1.5 s, shorter than the stall (its handler ignores its signal), then one it claims ahead.
+    const [held] = (await sql.query(`select id::text from job_queue.add_job('sleep', '{"ms": 1500}', flags => '{pinned}')`)).rows;
+    await victim.waitForOutput('the victim to start the held job', new RegExp(`started sleep ${held.id}\\b`));
+    const [ahead] = (await sql.query(`select id::text from job_queue.add_job('record', flags => '{pinned}')`)).rows;
+    await waitFor('the victim to claim it ahead', async () => {
+      const { rows } = await sql.query('select locked_by, started_at from job_queue.jobs where id = $1', [ahead.id]);
+      return rows[0]?.locked_by === victim.workerId && rows[0].started_at === null;
+    });
+
+    victim.pause();
+    await allow(other, 'pinned');
+    await waitForValue(sql, 'the other worker to run the job claimed ahead', 'select count(*)::int from runs where job_id = $1 and pid = $2', 1, [ahead.id, other.pid]);
+    await waitFor('the other worker to run the held job', () => new RegExp(`started sleep ${held.id}\\b`).test(other.output));
+
+    // As it resumes, the held job's handler ends at once (its 1.5 s are over) and frees the slot the job claimed ahead would take.
+    victim.resume();
+    await victim.waitForOutput('the victim to learn it was declared dead', /was declared dead by the cluster/);
+    await victim.waitForOutput('its stale handler to finish', new RegExp(`finished sleep ${held.id}\\b`));
+    // only the victim may run the marker: once it has, under its new id, it had every chance to start the job claimed ahead
+    await forbid(other, 'marker');
+    const [marker] = (await sql.query(`select id::text from job_queue.add_job('record', flags => '{marker}')`)).rows;
+    await waitForValue(sql, 'the victim to run the marker', 'select count(*)::int from runs where job_id = $1 and pid = $2', 1, [marker.id, victim.pid]);
+    const { rows: runs } = await sql.query('select pid from runs where job_id = $1', [ahead.id]);
+    assert.deepEqual(runs, [{ pid: other.pid }], 'the job claimed ahead ran once, in the other worker');
+  });
 });

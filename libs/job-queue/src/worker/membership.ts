@@ -38,8 +38,13 @@ export class WorkerMembership extends PinnedConnection {
   private readonly logger = new Logger('JobQueueWorker');
   private id = newWorkerId();
   private registered = false;
-  /** When the worker's row last proved it alive (registration or heartbeat), epoch ms. */
+  /**
+   * When the worker's row last proved it alive, epoch ms: the sending of its last successful
+   * registration or heartbeat, which the row's time (the database's now()) can only follow.
+   */
   private lastHeartbeatAt?: number;
+  /** A heartbeat is on its way. */
+  private beating = false;
   /** Fenced, and not registered under its new id yet. */
   private rejoining = false;
   private heartbeatTimer?: NodeJS.Timeout;
@@ -71,6 +76,21 @@ export class WorkerMembership extends PinnedConnection {
 
   get lastHeartbeat(): Date | null {
     return this.lastHeartbeatAt === undefined ? null : new Date(this.lastHeartbeatAt);
+  }
+
+  /**
+   * The cluster may have declared this worker dead by now: its last proof of life is
+   * workerTimeout old (a stall: a long pause, a frozen VM, heartbeats failing). The jobs it
+   * claimed may then have been rescued and run elsewhere, so the producer starts none of its
+   * prefetched ones until a heartbeat says (beatNow).
+   */
+  get mayBeDeclaredDead(): boolean {
+    return this.lastHeartbeatAt !== undefined && Date.now() - this.lastHeartbeatAt >= this.options.workerTimeout;
+  }
+
+  /** A heartbeat now, unless one is on its way (hooks.afterHeartbeat follows one that finds the row). */
+  beatNow(): void {
+    if (!this.beating && this.registered) void this.heartbeat();
   }
 
   /** Its LISTEN connection is up. */
@@ -121,9 +141,10 @@ export class WorkerMembership extends PinnedConnection {
 
   /** Inserts this worker's row (claims require it) and starts its heartbeats. */
   async register(): Promise<void> {
+    const sentAt = Date.now();
     await this.run('registerWorker', [this.id, this.options.workerTimeout, hostname(), process.pid, this.hooks!.concurrency()]);
     this.registered = true;
-    this.lastHeartbeatAt = Date.now();
+    this.lastHeartbeatAt = sentAt;
     clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.options.heartbeatInterval);
   }
@@ -150,6 +171,8 @@ export class WorkerMembership extends PinnedConnection {
       return;
     }
     const id = this.id;
+    const sentAt = Date.now();
+    this.beating = true;
     try {
       const rows = await this.run<{ cancelled: string[] }>('heartbeatWorker', [id]);
       // Unregistered meanwhile (a stop): the row is gone because this worker removed it.
@@ -159,12 +182,14 @@ export class WorkerMembership extends PinnedConnection {
         return;
       }
       if (rows[0] && id === this.id) {
-        this.lastHeartbeatAt = Date.now();
+        this.lastHeartbeatAt = sentAt;
         hooks.cancelsHeard(rows[0].cancelled);
       }
       hooks.afterHeartbeat();
     } catch (error) {
       this.events.reportError(this.id, 'heartbeat', error);
+    } finally {
+      this.beating = false;
     }
   }
 

@@ -189,6 +189,8 @@ export class Producer extends WorkerPart {
   /** Starts prefetched jobs while slots are free, in the order they were claimed (a leased task's beyond its lease wait: slot-leases.ts). */
   startPrefetched(): void {
     const { state } = this;
+    // Past workerTimeout without a heartbeat (a stall), these jobs may have been rescued and run elsewhere: beat first.
+    if (state.prefetched.length > 0 && this.membership.mayBeDeclaredDead) return this.membership.beatNow();
     const startable = this.leases.startable();
     while (state.busySlots < state.concurrency && state.prefetched.length > 0 && !state.stopping) {
       const index = startable ? state.prefetched.findIndex((job) => startable(job.taskIdentifier)) : 0;
@@ -201,6 +203,7 @@ export class Producer extends WorkerPart {
   afterHeartbeat(): void {
     if (this.claimReplyLost && !this.state.stopping) this.serialize(() => this.giveBackUnknown());
     if (!this.state.stopping) this.serialize(() => this.leases.trim(this.membership.workerId));
+    this.startPrefetched(); // held back while this worker could not prove itself alive
   }
 
   /**
