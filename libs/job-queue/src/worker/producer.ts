@@ -10,6 +10,7 @@ import { claimOf } from '../core/claim-token';
 import { giveBackAllBut, giveBackOnce, type GiveBackParts } from './give-back';
 import { claimLimited, type ClaimArgs } from './limited-claim';
 import { SlotLeases } from './slot-leases';
+import { startablePrefetched } from './startable-prefetched';
 import { maxHeld, PrefetchSizer } from './prefetch';
 import { WakeUps } from './wake-ups';
 import { WorkerPart, type WorkerParts } from './worker-state';
@@ -186,14 +187,15 @@ export class Producer extends WorkerPart {
     });
   }
 
-  /** Starts prefetched jobs while slots are free, in the order they were claimed (a leased task's beyond its lease wait: slot-leases.ts). */
+  /** Starts prefetched jobs while slots are free, in the order they were claimed, those that may start (startable-prefetched.ts). */
   startPrefetched(): void {
     const { state } = this;
+    if (state.prefetched.length === 0) return;
     // Past workerTimeout without a heartbeat (a stall), these jobs may have been rescued and run elsewhere: beat first.
-    if (state.prefetched.length > 0 && this.membership.mayBeDeclaredDead) return this.membership.beatNow();
-    const startable = this.leases.startable();
+    if (this.membership.mayBeDeclaredDead) return this.membership.beatNow();
+    const startable = startablePrefetched(this.controls, this.leases);
     while (state.busySlots < state.concurrency && state.prefetched.length > 0 && !state.stopping) {
-      const index = startable ? state.prefetched.findIndex((job) => startable(job.taskIdentifier)) : 0;
+      const index = startable ? state.prefetched.findIndex(startable) : 0;
       if (index < 0) break;
       this.launch(index === 0 ? state.prefetched.shift()! : state.prefetched.splice(index, 1)[0]);
     }
@@ -217,7 +219,11 @@ export class Producer extends WorkerPart {
     let named = this.wakeUps.take(this.moreMayBeWaiting); // the jobs NOTIFYs named, to claim alone, or undefined
     while (!state.stopping) {
       // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
-      if (controls.isStale) await controls.fresh();
+      if (controls.isStale) {
+        const pausedBefore = controls.anyPaused;
+        await controls.fresh();
+        if (pausedBefore) this.startPrefetched(); // a resume: what waited here may start
+      }
       // Limited tasks (globalConcurrency, rateLimit) leave the general claim, as paused ones do, for claims of their own.
       const { unlimited, limited } = this.limits.split(controls.claimTasks(this.tasks.identifiers()));
       if ((unlimited.length === 0 && limited.length === 0) || state.stopping) break;
