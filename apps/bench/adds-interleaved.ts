@@ -1,6 +1,6 @@
 import type { BenchConfig } from './config';
 import { recreateDatabase } from './database';
-import { openPlainMessageAdder, openPlainSqlAdder } from './plain-sql-add';
+import { openPlainMessageAdder, openPlainSqlAdder, type SingleAdder } from './plain-sql-add';
 import { perSecond, type Progress } from './suite';
 import { openGraphileWorker } from './system-graphile-worker';
 import { openApp } from './system-nestjs-job-queue';
@@ -31,12 +31,6 @@ export interface AddManyResult {
 export interface AddsResult {
   one: AddOneResult;
   many: AddManyResult;
-}
-
-/** One system's awaited single add, and how to let go of it. */
-export interface SingleAdder {
-  addOne(index: number): Promise<unknown>;
-  close(): Promise<void>;
 }
 
 /** A queue's adder that also adds in bulk. */

@@ -3,11 +3,16 @@ import { executePrepared, sendInOneMessage } from '../../libs/job-queue/src/db/s
 import { notifyIfDue } from '../../libs/job-queue/src/sql/notify-after';
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { KEYLESS_TYPES } from '../../libs/job-queue/src/sql/add';
-import type { SingleAdder } from './adds-interleaved';
 import { SCHEMA, TASK } from './jobs-table';
 import { createSchema } from './sql-limit';
 
 const sql = createQueries(SCHEMA);
+
+/** One system's awaited single add, and how to let go of it (adds-interleaved.ts times them). */
+export interface SingleAdder {
+  addOne(index: number): Promise<unknown>;
+  close(): Promise<void>;
+}
 
 /**
  * add()'s own insert for a job without a key (addJobKeyless), with the arguments add() passes,
