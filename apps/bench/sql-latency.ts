@@ -5,7 +5,7 @@ import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-connection';
 import type { ClaimedRow } from '../../libs/job-queue/src/worker/claimed-job';
 import { SCHEMA, TASK } from './jobs-table';
-import { completeClaimed } from './sql-limit';
+import { completeClaimed } from './complete-claimed';
 import { percentile, type Latency } from './suite';
 
 const sql = createQueries(SCHEMA);
