@@ -46,27 +46,6 @@ describe('ctx.rateLimited across worker processes', () => {
     await waitFor('the hold that is over to be deleted', async () => (await s.sql.query('select 1 from job_queue.pauses')).rowCount === 0);
   });
 
-  it('the worker told 429 starts none of the jobs of the task it had claimed ahead until the hold is over', async () => {
-    await s.start(1, { concurrency: 1, env: { LIMITED: '1' } });
-    const add = async (payloads: object[]) => (await s.t.jobs.addMany(payloads.map((payload) => ({ identifier: 'partner' as never, payload: payload as never })))).map((job) => job.id);
-    // Fast jobs first: a worker claims ahead only once its jobs prove fast (worker/prefetch.ts).
-    const warm = await add(Array.from({ length: 60 }, () => ({})));
-    await waitFor('the fast jobs to run', async () => (await partnerRuns(warm)).length === warm.length);
-    // One slot: the job told 429 takes it, and the claim that takes it takes jobs behind it ahead.
-    const [limited, ...behind] = await add([{ retryAfter: 2000 }, ...Array.from({ length: 10 }, () => ({}))]);
-    let until: Date | undefined;
-    await waitFor('the hold to be listed', async () => {
-      until = (await s.t.jobs.listPaused()).find((p) => p.kind === 'task' && p.name === 'partner')?.until;
-      return until !== undefined;
-    });
-    const { rows: ahead } = await s.sql.query<{ n: number }>('select count(*)::int as n from job_queue.jobs where id = any($1::bigint[]) and locked_by is not null and started_at is null', [behind]);
-    assert.ok(ahead[0].n > 0, 'during the hold the worker holds jobs of the task it claimed ahead, unstarted');
-    assert.equal((await partnerRuns(behind)).length, 0, 'none of them started');
-    await waitFor('the jobs claimed ahead and the limited one to run after the hold', async () => (await partnerRuns([...behind, limited])).length === behind.length + 2, 30_000);
-    const early = (await partnerRuns(behind)).filter((run) => run.started_at < until!);
-    assert.deepEqual(early, [], `nothing started before the hold's end ${until!.toISOString()}`);
-  });
-
   it('a pause during a hold stays a pause after the hold would have ended, and a resume lifts both', async () => {
     await s.start(1, { concurrency: 2, env: { LIMITED: '1' } });
     const limited = await s.t.jobs.add('partner' as never, { retryAfter: 3000 } as never);

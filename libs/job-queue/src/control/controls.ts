@@ -90,16 +90,6 @@ export class Controls {
     return identifiers.filter((identifier) => this.runs(identifier));
   }
 
-  /** Something is paused or held: prefetched jobs are checked before they start (mayStart). */
-  get anyPaused(): boolean {
-    return this.all || this.tasks.size > 0 || this.holds.size > 0 || this.pausedQueues.length > 0;
-  }
-
-  /** Whether a job claimed ahead of task `task`, in named queue `queue` (or none), may start now: neither is paused, the task not held. */
-  mayStart(task: string, queue: string | null): boolean {
-    return this.runs(task) && (queue === null || !this.pausedQueues.includes(queue));
-  }
-
   /** The paused named queues (the claim's $6). */
   get queues(): string[] {
     return this.pausedQueues;

@@ -81,10 +81,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
       // On the claim connection, as the claims that wait for it: the pinned one may be busy with a maintenance sweep waiting for a lock.
       () => this.producer.readControls(),
       (error) => events.reportError(membership.workerId, 'claim', error),
-      () => {
-        this.producer.startPrefetched(); // a hold's end: its task's prefetched jobs waited here
-        void this.producer.wake();
-      },
+      () => void this.producer.wake(),
     );
     const parts = { state: this.state, membership, db, options, tasks, events, audience, controls: this.controls };
     this.executor = new Executor(parts, telemetry, clsContext, addJob, (ms) => this.producer.slotFreed(ms), flows);

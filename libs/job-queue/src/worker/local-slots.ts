@@ -26,6 +26,8 @@ export class LocalSlots extends WorkerPart implements LocalStarter {
   keepSlot(task: string, flags: readonly string[]): LocalSlot | undefined {
     const { state, producer } = this;
     if (!state.started || state.stopping || !this.membership.isMember || !this.tasks.get(task)) return undefined;
+    // Past workerTimeout without a heartbeat: the cluster may have declared this worker dead.
+    if (this.membership.mayBeDeclaredDead) return undefined;
     // A limited task (globalConcurrency, rateLimit) starts only through its own claim, which counts what the cluster holds and started.
     if (producer.limits.isLimited(task)) return undefined;
     // Paused (as this worker knows it), or a read of the pauses is due: the job waits in the table for a claim.
@@ -63,6 +65,11 @@ export class LocalSlots extends WorkerPart implements LocalStarter {
         if (workerId !== this.membership.workerId) return;
         // Stopping: stop() waited for this insert, and gives the job back with the prefetched ones.
         if (state.stopping) state.prefetched.push(job);
+        // A stall since the insert, past workerTimeout: the job may have been rescued and run elsewhere; it starts after a heartbeat (startPrefetched).
+        else if (this.membership.mayBeDeclaredDead) {
+          state.prefetched.unshift(job);
+          this.scope().runInAsyncScope(() => producer.startPrefetched());
+        }
         // Out of the adding caller's async context (its request's CLS, its active span), as a
         // claimed job runs: in the worker's own, from its start().
         else this.scope().runInAsyncScope(() => this.launch(job));

@@ -43,8 +43,10 @@ export class WorkerMembership extends PinnedConnection {
    * registration or heartbeat, which the row's time (the database's now()) can only follow.
    */
   private lastHeartbeatAt?: number;
-  /** A heartbeat is on its way. */
-  private beating = false;
+  /** The same on the monotonic clock (performance.now()), which a step of the wall clock does not move. */
+  private provenAliveAt?: number;
+  /** Heartbeats on their way. */
+  private beating = 0;
   /** Fenced, and not registered under its new id yet. */
   private rejoining = false;
   private heartbeatTimer?: NodeJS.Timeout;
@@ -85,12 +87,12 @@ export class WorkerMembership extends PinnedConnection {
    * prefetched ones until a heartbeat says (beatNow).
    */
   get mayBeDeclaredDead(): boolean {
-    return this.lastHeartbeatAt !== undefined && Date.now() - this.lastHeartbeatAt >= this.options.workerTimeout;
+    return this.provenAliveAt !== undefined && performance.now() - this.provenAliveAt >= this.options.workerTimeout;
   }
 
   /** A heartbeat now, unless one is on its way (hooks.afterHeartbeat follows one that finds the row). */
   beatNow(): void {
-    if (!this.beating && this.registered) void this.heartbeat();
+    if (this.beating === 0 && this.registered) void this.heartbeat();
   }
 
   /** Its LISTEN connection is up. */
@@ -141,10 +143,10 @@ export class WorkerMembership extends PinnedConnection {
 
   /** Inserts this worker's row (claims require it) and starts its heartbeats. */
   async register(): Promise<void> {
-    const sentAt = Date.now();
+    const sent = this.now();
     await this.run('registerWorker', [this.id, this.options.workerTimeout, hostname(), process.pid, this.hooks!.concurrency()]);
     this.registered = true;
-    this.lastHeartbeatAt = sentAt;
+    this.provedAlive(sent);
     clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.options.heartbeatInterval);
   }
@@ -171,8 +173,9 @@ export class WorkerMembership extends PinnedConnection {
       return;
     }
     const id = this.id;
-    const sentAt = Date.now();
-    this.beating = true;
+    const sent = this.now();
+    let beating = true;
+    this.beating += 1;
     try {
       const rows = await this.run<{ cancelled: string[] }>('heartbeatWorker', [id]);
       // Unregistered meanwhile (a stop): the row is gone because this worker removed it.
@@ -182,15 +185,29 @@ export class WorkerMembership extends PinnedConnection {
         return;
       }
       if (rows[0] && id === this.id) {
-        this.lastHeartbeatAt = sentAt;
+        this.provedAlive(sent);
         hooks.cancelsHeard(rows[0].cancelled);
       }
+      // Done before afterHeartbeat, whose startPrefetched may ask for another (beatNow).
+      beating = false;
+      this.beating -= 1;
       hooks.afterHeartbeat();
     } catch (error) {
       this.events.reportError(this.id, 'heartbeat', error);
     } finally {
-      this.beating = false;
+      if (beating) this.beating -= 1;
     }
+  }
+
+  /** When a statement that proves this worker alive is sent, on both clocks. */
+  private now(): { wall: number; mono: number } {
+    return { wall: Date.now(), mono: performance.now() };
+  }
+
+  /** A registration or heartbeat sent at `sent` found the row: kept if it is the latest (replies may come out of order). */
+  private provedAlive(sent: { wall: number; mono: number }): void {
+    this.lastHeartbeatAt = Math.max(this.lastHeartbeatAt ?? 0, sent.wall);
+    this.provenAliveAt = Math.max(this.provenAliveAt ?? 0, sent.mono);
   }
 
   /**

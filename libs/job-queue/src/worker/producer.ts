@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { backoffMs, timerDelay } from '../core/backoff';
+import { backoffMs, sleep, timerDelay } from '../core/backoff';
 import type { Job } from '../core/job';
 import type { ControlRows } from '../control/controls';
 import { TaskLimits } from '../control/task-limits';
@@ -10,7 +10,6 @@ import { claimOf } from '../core/claim-token';
 import { giveBackAllBut, giveBackOnce, type GiveBackParts } from './give-back';
 import { claimLimited, type ClaimArgs } from './limited-claim';
 import { SlotLeases } from './slot-leases';
-import { startablePrefetched } from './startable-prefetched';
 import { maxHeld, PrefetchSizer } from './prefetch';
 import { WakeUps } from './wake-ups';
 import { WorkerPart, type WorkerParts } from './worker-state';
@@ -141,6 +140,9 @@ export class Producer extends WorkerPart {
         await state.batcher.flush();
       } else if (settledBefore && claimed === 0) {
         return;
+      } else if (claimed === 0 && state.prefetched.length > 0) {
+        // Jobs claimed ahead that may not start yet (a lease elsewhere, a heartbeat awaited): let timers and replies come.
+        await sleep(10);
       }
     }
   }
@@ -187,15 +189,14 @@ export class Producer extends WorkerPart {
     });
   }
 
-  /** Starts prefetched jobs while slots are free, in the order they were claimed, those that may start (startable-prefetched.ts). */
+  /** Starts prefetched jobs while slots are free, in the order they were claimed (a leased task's beyond its lease wait: slot-leases.ts). */
   startPrefetched(): void {
     const { state } = this;
-    if (state.prefetched.length === 0) return;
     // Past workerTimeout without a heartbeat (a stall), these jobs may have been rescued and run elsewhere: beat first.
-    if (this.membership.mayBeDeclaredDead) return this.membership.beatNow();
-    const startable = startablePrefetched(this.controls, this.leases);
+    if (state.prefetched.length > 0 && this.membership.mayBeDeclaredDead) return this.membership.beatNow();
+    const startable = this.leases.startable();
     while (state.busySlots < state.concurrency && state.prefetched.length > 0 && !state.stopping) {
-      const index = startable ? state.prefetched.findIndex(startable) : 0;
+      const index = startable ? state.prefetched.findIndex((job) => startable(job.taskIdentifier)) : 0;
       if (index < 0) break;
       this.launch(index === 0 ? state.prefetched.shift()! : state.prefetched.splice(index, 1)[0]);
     }
@@ -219,11 +220,7 @@ export class Producer extends WorkerPart {
     let named = this.wakeUps.take(this.moreMayBeWaiting); // the jobs NOTIFYs named, to claim alone, or undefined
     while (!state.stopping) {
       // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
-      if (controls.isStale) {
-        const pausedBefore = controls.anyPaused;
-        await controls.fresh();
-        if (pausedBefore) this.startPrefetched(); // a resume: what waited here may start
-      }
+      if (controls.isStale) await controls.fresh();
       // Limited tasks (globalConcurrency, rateLimit) leave the general claim, as paused ones do, for claims of their own.
       const { unlimited, limited } = this.limits.split(controls.claimTasks(this.tasks.identifiers()));
       if ((unlimited.length === 0 && limited.length === 0) || state.stopping) break;
