@@ -125,11 +125,14 @@ export function validateJob(
 }
 
 /** Job ids are bigints, passed around as strings; numbers are accepted too. */
+/** A job id as text: a positive bigint, no leading zero (what the jobs' sequence draws). */
+export const JOB_ID_PATTERN = /^[1-9][0-9]{0,18}$/;
+
 export function validateJobIds(ids: unknown): string[] {
   if (!Array.isArray(ids)) fail('JQ_INVALID_JOB_ID', 'job ids must be an array');
   return ids.map((id) => {
     const text = typeof id === 'number' && Number.isSafeInteger(id) ? String(id) : id;
-    if (typeof text !== 'string' || !/^[1-9][0-9]{0,18}$/.test(text)) {
+    if (typeof text !== 'string' || !JOB_ID_PATTERN.test(text)) {
       fail('JQ_INVALID_JOB_ID', `a job id must be a positive integer (as a string), got ${describe(id)}`);
     }
     return text;

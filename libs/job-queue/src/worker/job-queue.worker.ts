@@ -4,6 +4,7 @@ import type { Observable } from 'rxjs';
 import type { JobQueueEvent } from '../core/events';
 import type { JobContext } from '../core/job-context';
 import { JOB_QUEUE_OPTIONS, keepsCompleted, type ResolvedJobQueueOptions } from '../core/options';
+import { JOB_ID_PATTERN } from '../core/validate-job-spec';
 import { Controls } from '../control/controls';
 import { CONTROLS_CHANGED } from '../sql/pauses';
 import { JobQueueDatabase } from '../db/job-queue-database';
@@ -24,9 +25,6 @@ import { ReleaseBatcher } from './release-batcher';
 import { writeReleases } from './release-parameters';
 import { drainAtShutdown } from './shutdown';
 import { WorkerState, type WorkerStatus } from './worker-state';
-
-/** A NOTIFY payload on the jobs channel that names a job: its id (the others are '', 'paused' or 'listeners'). */
-const JOB_ID = /^[0-9]+$/;
 
 export type { WorkerStatus } from './worker-state';
 
@@ -144,7 +142,7 @@ export class JobQueueWorker implements OnApplicationBootstrap, BeforeApplication
     await membership.listen((channel, payload) => {
       if (channel === cancels) this.executor.cancel([payload ?? '']);
       else if (payload === 'listeners') void this.audience.refresh(); // a listener of queue events came or went
-      else if (payload && JOB_ID.test(payload)) producer.wakeFor(payload); // a job added alone, named (sql/add.ts jobNamed)
+      else if (payload && JOB_ID_PATTERN.test(payload)) producer.wakeFor(payload); // a job added alone, named (sql/add.ts jobNamed); the others are '', 'paused' or 'listeners'
       else {
         // Pauses or limits changed (read before the next claim), or (re)connected: a change may have gone unheard.
         if (payload === CONTROLS_CHANGED || channel === undefined) this.controls.markStale();
