@@ -22,6 +22,17 @@ export const CLAIMED_COLUMNS = `j.id, j.task_identifier, j.queue_name, j.group_k
   ${epochMicroseconds('now()')} as claimed_at_us, j.started_at is not null as started`;
 
 /**
+ * The claim's write, shared by every claim statement: the jobs `ids` (an array expression) locked
+ * for worker $4 with an attempt more, those of `started` marked started, returning
+ * CLAIMED_COLUMNS. Found by `id = any(array)`: see claimStatement for why.
+ */
+export const claimUpdate = (s: string, ids: string, started: string) => `update ${s}.jobs j
+      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
+          started_at = case when j.id = any(${started}) then now() end
+      where j.id = any(${ids})
+      returning ${CLAIMED_COLUMNS}`;
+
+/**
  * How many queued jobs, per job asked for, the claim looks at in fetch order for its queues'
  * heads before it looks up each queue's head instead (see claimJobs).
  */
@@ -72,11 +83,7 @@ export function createClaimQueries(s: string) {
         for update of j skip locked
       ),
       started as (select array(select id from picked order by priority, run_at, id limit $5::int) as ids)
-      update ${s}.jobs j
-      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
-          started_at = case when j.id = any((select ids from started)::bigint[]) then now() end
-      where j.id = any(array(select id from picked))
-      returning ${CLAIMED_COLUMNS}, (select count(*) from picked)::int as candidate_count`,
+      ${claimUpdate(s, 'array(select id from picked)', '(select ids from started)::bigint[]')}, (select count(*) from picked)::int as candidate_count`,
   };
 }
 
@@ -273,10 +280,6 @@ export function claimStatement(s: string, variant: ClaimVariant = {}): string {
       picked as (
         select array_agg(id order by priority, run_at, id) as ids from candidates
         where queue_name is null or queue_name in (select queue_name from locked_queues)
-      )${after ? ',\n      claimed as (' : '\n      '}update ${s}.jobs j
-      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
-          started_at = case when j.id = any((select ids[1:${started}] from picked)::bigint[]) then now() end
-      where j.id = any((select ids from picked)::bigint[])
-      returning ${CLAIMED_COLUMNS}, (select count(*) from candidates)::int as candidate_count${after ? `)${after}` : ''}`
+      )${after ? ',\n      claimed as (' : '\n      '}${claimUpdate(s, '(select ids from picked)::bigint[]', `(select ids[1:${started}] from picked)::bigint[]`)}, (select count(*) from candidates)::int as candidate_count${after ? `)${after}` : ''}`
   );
 }

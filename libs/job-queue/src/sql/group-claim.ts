@@ -9,7 +9,7 @@
  * `s` is the quoted schema.
  */
 
-import { CLAIMED_COLUMNS } from './claim';
+import { claimUpdate } from './claim';
 import { freesInMs, notFinishedBy } from './limits';
 
 /** Jobs of task $1 with a group, waiting in no named queue: the rows of jobs_group_fetch_idx (alias `j`). */
@@ -103,11 +103,7 @@ export function createGroupClaimQueries(s: string) {
         where exists (select 1 from ${s}.workers w where w.id = $4)
       ),
       picked as (select array_agg(id order by priority, run_at, id) as ids from locked)
-      update ${s}.jobs j
-      set attempts = j.attempts + 1, locked_at = now(), locked_by = $4, updated_at = now(),
-          started_at = case when j.id = any((select ids[1:$5] from picked)::bigint[]) then now() end
-      where j.id = any((select ids from picked)::bigint[])
-      returning ${CLAIMED_COLUMNS}, (select count(*) from picks)::int as candidate_count,
+      ${claimUpdate(s, '(select ids from picked)::bigint[]', '(select ids[1:$5] from picked)::bigint[]')}, (select count(*) from picks)::int as candidate_count,
         (select count(*) from rooms where room <= 0)::int as full_groups`,
 
     /**
