@@ -15,6 +15,7 @@ import { createJobGroupsMigration } from './1764900000000-job-groups';
 import { createTaskFetchIndexMigration } from './1765000000000-task-fetch-index';
 import { createJobsVacuumTruncateMigration } from './1765100000000-jobs-vacuum-truncate';
 import { createFlowAddOnceMigration } from './1765200000000-flow-add-once';
+import { createFlowSettleLinearMigration } from './1765300000000-flow-settle-linear';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -42,5 +43,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createTaskFetchIndexMigration(schema),
     createJobsVacuumTruncateMigration(schema),
     createFlowAddOnceMigration(schema),
+    createFlowSettleLinearMigration(schema),
   ];
 }

@@ -15,6 +15,7 @@ const MIGRATIONS = [
   'TaskFetchIndex1765000000000',
   'JobsVacuumTruncate1765100000000',
   'FlowAddOnce1765200000000',
+  'FlowSettleLinear1765300000000',
 ];
 
 /** The new version's `hold`, limited as the test says, and `marker`. */

@@ -42,6 +42,8 @@ export const GROUPS_VERSION = 'd34684f';
 export const TASK_FETCH_VERSION = 'fab88a8';
 /** The last commit before migration FlowAddOnce1765200000000 (it has every migration through JobsVacuumTruncate1765100000000). */
 export const VACUUM_TRUNCATE_VERSION = 'c08b82e';
+/** The last commit before migration FlowSettleLinear1765300000000 (it has every migration through FlowAddOnce1765200000000). */
+export const FLOW_ADD_ONCE_VERSION = '7f03fc7';
 /** The migrations FLOWS_VERSION knows, as its library lists them. */
 export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
   'CreateJobTables1763700000000',
@@ -159,7 +161,7 @@ export class OldWorkerProcess {
   }
 
   /** Adds a flow through the child's own JobQueueService (`addFlow()`: versions with flows), and resolves with its id. */
-  async addFlow(steps: Array<{ ref: string; identifier: string; payload?: unknown; dependsOn?: string[] }>): Promise<string> {
+  async addFlow(steps: Array<{ ref: string; identifier: string; payload?: unknown; dependsOn?: string[]; [spec: string]: unknown }>): Promise<string> {
     const [flowId] = await this.command({ flow: steps });
     return flowId;
   }

@@ -117,6 +117,19 @@ describe('flows: jobs that wait for jobs', () => {
     assert.deepEqual(seen.get('b')!.dependencies, { a: { state: 'failed', error: 'JQ_JOB_FAILED_FOR_GOOD: a failed' } });
   });
 
+  it("a dependent of a failed job and of its 'fail' dependent runs once, after both ended, and sees both failures", async () => {
+    // a's failure settles c's edge to a and fails b in the same statement; b's failure then settles c's edge to b: c moves once, with its count at zero
+    failing.add('a');
+    const flow = await c.t.jobs.addFlow([step('a'), step('b', ['a']), step('d', ['b']), step('c', ['a', 'b'], { onDependencyFailure: 'continue' })]);
+    await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), (e: unknown) => e instanceof FlowEndedError && e.code === 'JQ_FLOW_FAILED');
+    assert.deepEqual([...runs].sort(), ['a', 'c'], 'b and d failed unrun, c ran once');
+    assert.deepEqual(seen.get('c')!.dependencies, {
+      a: { state: 'failed', error: 'JQ_JOB_FAILED_FOR_GOOD: a failed' },
+      b: { state: 'failed', error: 'JQ_DEPENDENCY_FAILED: a failed' },
+    });
+    assert.equal((await c.t.jobs.getJob(flow.jobs.d.id))?.lastError, 'JQ_DEPENDENCY_FAILED: b failed');
+  });
+
   it('addFlow in a rolled-back transaction leaves nothing', async () => {
     const before = await c.sql.query(`select (select count(*) from job_queue.jobs) + (select count(*) from job_queue.blocked_jobs) + (select count(*) from job_queue.flows) + (select count(*) from job_queue.job_dependencies) as n`);
     await assert.rejects(

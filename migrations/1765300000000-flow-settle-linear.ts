@@ -1,0 +1,122 @@
+import type { QueryRunner } from 'typeorm';
+import { applyOnce, forget, type JobQueueMigration } from './ledger';
+import { createFlowFunctions, FINISHED_COLUMNS, finishedOfBlocked } from './1764300000000-flow-functions';
+import { jobsChannel, quoteIdentifier } from './names';
+
+/**
+ * Settling a flow's finished jobs takes time in proportion to the dependents it touches
+ * (issue 26's fan-out line, docs/benchmark.md "Flows"). The Flows migration's
+ * settle_flow_jobs filtered rows with `not (id = any(array))`, once per row against a whole
+ * array: a release's function runs generic plans (the release sets plan_cache_mode), where
+ * PostgreSQL compares element by element, so a root that unblocks n jobs compared n × n ids
+ * (10,000 dependents: 0.55 s of a 0.96 s release). This one:
+ *
+ * - locks the dependents in id order and reads their counts in one statement (the lock
+ *   returns each row as it is under the lock, the latest count);
+ * - fails the doomed dependents (a dependency failed under the `fail` policy) first, so that
+ *   the rest need no filter against them: the doomed are no longer in blocked_jobs, and the
+ *   counts of the others are read again after (that insert's trigger may have counted some
+ *   of them down, one level down the graph);
+ * - counts down only the jobs that do not move (`pending > n`: the others move with the
+ *   count they had, never written);
+ * - names the failed dependencies of a doomed job in one join, not per edge against the array.
+ *
+ * What it settles, moves, fails and says is unchanged. Workers of earlier versions are not
+ * concerned: the function runs in the trigger on finished_jobs, whoever finishes a job. A
+ * function replaced in a transaction: statements before its commit run the old one.
+ */
+export function createFlowSettleLinearMigration(schema: string): new () => JobQueueMigration {
+  const s = quoteIdentifier(schema);
+  const jobs = jobsChannel(schema).replace(/'/g, "''");
+
+  return class FlowSettleLinear1765300000000 implements JobQueueMigration {
+    readonly name = 'FlowSettleLinear1765300000000';
+
+    async up(q: QueryRunner): Promise<void> {
+      await applyOnce(q, schema, this.name, async () => {
+        await q.query(`
+          create or replace function ${s}.settle_flow_jobs(done bigint[]) returns void
+          language plpgsql volatile as $fn$
+          declare
+            v_dependents bigint[];
+            v_counts integer[];
+            v_doomed bigint[];
+            v_ready bigint[];
+            v_woken integer;
+          begin
+            with settled as (
+              update ${s}.job_dependencies e
+              set state = coalesce(f.state, 'cancelled'), result = f.result, error = f.last_error, settled_at = now()
+              from unnest(done) as d(id) left join ${s}.finished_jobs f on f.id = d.id
+              where e.dependency_id = d.id and e.state is null
+              returning e.job_id, coalesce(f.state, 'cancelled') <> 'completed' and e.policy = 'fail' as fails
+            ),
+            counted as (select job_id, count(*)::int as n, bool_or(fails) as fails from settled group by job_id)
+            select array_agg(job_id order by job_id), array_agg(n order by job_id), array_agg(job_id order by job_id) filter (where fails)
+            into v_dependents, v_counts, v_doomed
+            from counted;
+            if v_dependents is null then
+              return;
+            end if;
+            if v_doomed is not null then
+              with recursive doomed(id) as (
+                select unnest(v_doomed)
+                union
+                select e.job_id from ${s}.job_dependencies e join doomed d on e.dependency_id = d.id where e.policy = 'fail' and e.state is null
+              )
+              select array_agg(id order by id) into v_doomed from doomed;
+            end if;
+            -- One lock order (by id) for every transaction that settles: none waits for another in a
+            -- circle. Each row comes back as it is under its lock: the jobs whose last dependencies
+            -- these are move with the count they have (it is never written).
+            select array_agg(l.id) filter (where l.pending <= c.n) into v_ready
+            from (select b.id, b.pending from ${s}.blocked_jobs b where b.id = any(v_dependents || coalesce(v_doomed, '{}')) order by b.id for update) l
+            join unnest(v_dependents, v_counts) as c(id, n) on c.id = l.id;
+            if v_doomed is not null then
+              with gone as (delete from ${s}.blocked_jobs b where b.id = any(v_doomed) returning b.*),
+              reasons as (
+                select e.job_id, string_agg(e.dependency_ref || case when e.state = 'cancelled' then ' was cancelled' else ' failed' end, ', ' order by e.dependency_ref) as text
+                from gone g join ${s}.job_dependencies e on e.job_id = g.id
+                left join unnest(v_doomed) as d(id) on d.id = e.dependency_id
+                where e.policy = 'fail' and (e.state in ('failed', 'cancelled') or d.id is not null)
+                group by e.job_id
+              )
+              insert into ${s}.finished_jobs (${FINISHED_COLUMNS})
+              select ${finishedOfBlocked('g', `'failed'`, `'JQ_DEPENDENCY_FAILED: ' || coalesce(r.text, 'a dependency failed')`)}
+              from gone g left join reasons r on r.job_id = g.id;
+              -- The doomed are gone; the others' counts again, as that insert's trigger left them.
+              select array_agg(b.id) filter (where b.pending <= c.n) into v_ready
+              from ${s}.blocked_jobs b join unnest(v_dependents, v_counts) as c(id, n) on c.id = b.id;
+            end if;
+            update ${s}.blocked_jobs b set pending = b.pending - c.n
+            from unnest(v_dependents, v_counts) as c(id, n)
+            where b.id = c.id and b.pending > c.n;
+            if v_ready is not null then
+              with moved as (delete from ${s}.blocked_jobs b where b.id = any(v_ready) returning b.*),
+              queues as (
+                insert into ${s}.job_queues (queue_name) select distinct m.queue_name from moved m where m.queue_name is not null
+                on conflict do nothing
+              ),
+              added as (
+                insert into ${s}.jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags,
+                  trace_id, span_id, trace_flags, flow_id, flow_ref, created_at)
+                overriding system value
+                select m.id, m.task_identifier, m.queue_name, m.payload, m.priority, coalesce(m.run_at, now()), m.max_attempts, m.flags,
+                  m.trace_id, m.span_id, m.trace_flags, m.flow_id, m.flow_ref, m.created_at
+                from moved m
+                returning run_at
+              )
+              select count(*) into v_woken from (select pg_notify('${jobs}', '') from added where run_at <= now() limit 1) woken;
+            end if;
+          end;
+          $fn$`);
+      });
+    }
+
+    async down(q: QueryRunner): Promise<void> {
+      const settle = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.settle_flow_jobs(`));
+      if (settle) await q.query(settle);
+      await forget(q, schema, this.name);
+    }
+  };
+}
