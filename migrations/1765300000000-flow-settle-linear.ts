@@ -18,7 +18,7 @@ import { jobsChannel, quoteIdentifier } from './names';
  *   counts of the others are read again after (that insert's trigger may have counted some
  *   of them down, one level down the graph);
  * - counts down only the jobs that do not move (`pending > n`: the others move with the
- *   count they had, never written);
+ *   count they had, never written), and not at all when every one moves (a fan-out's root);
  * - names the failed dependencies of a doomed job in one join, not per edge against the array;
  * - finds the unsettled edges of each finished job (and of each doomed one) in a LATERAL
  *   subquery, which refers to its job and so runs once per job: an index lookup by
@@ -52,6 +52,7 @@ export function createFlowSettleLinearMigration(schema: string): new () => JobQu
             v_ready bigint[];
             v_woken integer;
             v_edges tid[];
+            v_staying bigint;
           begin
             -- The edges waiting for each finished job, locked: one index lookup per job, whatever the
             -- statistics say (the subquery refers to its job, so it runs once per job).
@@ -88,7 +89,7 @@ export function createFlowSettleLinearMigration(schema: string): new () => JobQu
             -- One lock order (by id) for every transaction that settles: none waits for another in a
             -- circle. Each row comes back as it is under its lock: the jobs whose last dependencies
             -- these are move with the count they have (it is never written).
-            select array_agg(l.id) filter (where l.pending <= c.n) into v_ready
+            select array_agg(l.id) filter (where l.pending <= c.n), count(*) filter (where l.pending > c.n) into v_ready, v_staying
             from (select b.id, b.pending from ${s}.blocked_jobs b where b.id = any(v_dependents || coalesce(v_doomed, '{}')) order by b.id for update) l
             join unnest(v_dependents, v_counts) as c(id, n) on c.id = l.id;
             if v_doomed is not null then
@@ -104,12 +105,14 @@ export function createFlowSettleLinearMigration(schema: string): new () => JobQu
               select ${finishedOfBlocked('g', `'failed'`, `'JQ_DEPENDENCY_FAILED: ' || coalesce(r.text, 'a dependency failed')`)}
               from gone g left join reasons r on r.job_id = g.id;
               -- The doomed are gone; the others' counts again, as that insert's trigger left them.
-              select array_agg(b.id) filter (where b.pending <= c.n) into v_ready
+              select array_agg(b.id) filter (where b.pending <= c.n), count(*) filter (where b.pending > c.n) into v_ready, v_staying
               from ${s}.blocked_jobs b join unnest(v_dependents, v_counts) as c(id, n) on c.id = b.id;
             end if;
-            update ${s}.blocked_jobs b set pending = b.pending - c.n
-            from unnest(v_dependents, v_counts) as c(id, n)
-            where b.id = c.id and b.pending > c.n;
+            if v_staying > 0 then
+              update ${s}.blocked_jobs b set pending = b.pending - c.n
+              from unnest(v_dependents, v_counts) as c(id, n)
+              where b.id = c.id and b.pending > c.n;
+            end if;
             if v_ready is not null then
               with moved as (delete from ${s}.blocked_jobs b where b.id = any(v_ready) returning b.*),
               queues as (
