@@ -116,6 +116,42 @@ export const addFlowInsert = (s: string, jobs: string, nextId: string, fn: strin
 `;
 
 /**
+ * settle_flow_jobs's count of the edges its `settled` CTE updated, by dependent, into
+ * `v_dependents`, `v_counts` and `v_doomed` (returning when none waits). As ADD_FLOW_CHECK, part of
+ * two migrations' functions.
+ */
+export const COUNT_SETTLED = `       counted as (select job_id, count(*)::int as n, bool_or(fails) as fails from settled group by job_id)
+       select array_agg(job_id order by job_id), array_agg(n order by job_id), array_agg(job_id order by job_id) filter (where fails)
+       into v_dependents, v_counts, v_doomed
+       from counted;
+       if v_dependents is null then
+         return;
+       end if;
+`;
+
+/**
+ * settle_flow_jobs's move of its ready jobs (`v_ready`) from blocked_jobs to jobs, waking the
+ * workers on channel `jobs` (plpgsql statements, counting into `v_woken`). As ADD_FLOW_CHECK,
+ * part of two migrations' functions (Flows1764300000000's, FlowSettleLinear1765300000000's).
+ */
+export const moveReadyJobs = (s: string, jobs: string) => `         with moved as (delete from ${s}.blocked_jobs b where b.id = any(v_ready) returning b.*),
+         queues as (
+           insert into ${s}.job_queues (queue_name) select distinct m.queue_name from moved m where m.queue_name is not null
+           on conflict do nothing
+         ),
+         added as (
+           insert into ${s}.jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags,
+             trace_id, span_id, trace_flags, flow_id, flow_ref, created_at)
+           overriding system value
+           select m.id, m.task_identifier, m.queue_name, m.payload, m.priority, coalesce(m.run_at, now()), m.max_attempts, m.flags,
+             m.trace_id, m.span_id, m.trace_flags, m.flow_id, m.flow_ref, m.created_at
+           from moved m
+           returning run_at
+         )
+         select count(*) into v_woken from (select pg_notify('${jobs}', '') from added where run_at <= now() limit 1) woken;
+`;
+
+/**
  * The SQL functions of flows (migration Flows1764300000000) that settle and add them, as
  * statements (those that act on request: 1764300000000-flow-admin-functions.ts). Written here
  * once, as they were with this migration: a later change writes a new migration.
@@ -155,14 +191,7 @@ export function createFlowFunctions(schema: string): string[] {
          where e.dependency_id = d.id and e.state is null
          returning e.job_id, coalesce(f.state, 'cancelled') <> 'completed' and e.policy = 'fail' as fails
        ),
-       counted as (select job_id, count(*)::int as n, bool_or(fails) as fails from settled group by job_id)
-       select array_agg(job_id order by job_id), array_agg(n order by job_id), array_agg(job_id order by job_id) filter (where fails)
-       into v_dependents, v_counts, v_doomed
-       from counted;
-       if v_dependents is null then
-         return;
-       end if;
-       if v_doomed is not null then
+${COUNT_SETTLED}       if v_doomed is not null then
          with recursive doomed(id) as (
            select unnest(v_doomed)
            union
@@ -194,22 +223,7 @@ export function createFlowFunctions(schema: string): string[] {
          from gone g;
        end if;
        if v_ready is not null then
-         with moved as (delete from ${s}.blocked_jobs b where b.id = any(v_ready) returning b.*),
-         queues as (
-           insert into ${s}.job_queues (queue_name) select distinct m.queue_name from moved m where m.queue_name is not null
-           on conflict do nothing
-         ),
-         added as (
-           insert into ${s}.jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags,
-             trace_id, span_id, trace_flags, flow_id, flow_ref, created_at)
-           overriding system value
-           select m.id, m.task_identifier, m.queue_name, m.payload, m.priority, coalesce(m.run_at, now()), m.max_attempts, m.flags,
-             m.trace_id, m.span_id, m.trace_flags, m.flow_id, m.flow_ref, m.created_at
-           from moved m
-           returning run_at
-         )
-         select count(*) into v_woken from (select pg_notify('${jobs}', '') from added where run_at <= now() limit 1) woken;
-       end if;
+${moveReadyJobs(s, jobs)}       end if;
      end;
      $fn$`,
 

@@ -1,6 +1,6 @@
 import type { QueryRunner } from 'typeorm';
 import { applyOnce, forget, type JobQueueMigration } from './ledger';
-import { createFlowFunctions, FINISHED_COLUMNS, finishedOfBlocked } from './1764300000000-flow-functions';
+import { COUNT_SETTLED, createFlowFunctions, FINISHED_COLUMNS, finishedOfBlocked, moveReadyJobs } from './1764300000000-flow-functions';
 import { jobsChannel, quoteIdentifier } from './names';
 
 /**
@@ -70,14 +70,7 @@ export function createFlowSettleLinearMigration(schema: string): new () => JobQu
               where e.ctid = any(v_edges)
               returning e.job_id, e.state <> 'completed' and e.policy = 'fail' as fails
             ),
-            counted as (select job_id, count(*)::int as n, bool_or(fails) as fails from settled group by job_id)
-            select array_agg(job_id order by job_id), array_agg(n order by job_id), array_agg(job_id order by job_id) filter (where fails)
-            into v_dependents, v_counts, v_doomed
-            from counted;
-            if v_dependents is null then
-              return;
-            end if;
-            if v_doomed is not null then
+${COUNT_SETTLED}            if v_doomed is not null then
               with recursive doomed(id) as (
                 select unnest(v_doomed)
                 union
@@ -114,22 +107,7 @@ export function createFlowSettleLinearMigration(schema: string): new () => JobQu
               where b.id = c.id and b.pending > c.n;
             end if;
             if v_ready is not null then
-              with moved as (delete from ${s}.blocked_jobs b where b.id = any(v_ready) returning b.*),
-              queues as (
-                insert into ${s}.job_queues (queue_name) select distinct m.queue_name from moved m where m.queue_name is not null
-                on conflict do nothing
-              ),
-              added as (
-                insert into ${s}.jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags,
-                  trace_id, span_id, trace_flags, flow_id, flow_ref, created_at)
-                overriding system value
-                select m.id, m.task_identifier, m.queue_name, m.payload, m.priority, coalesce(m.run_at, now()), m.max_attempts, m.flags,
-                  m.trace_id, m.span_id, m.trace_flags, m.flow_id, m.flow_ref, m.created_at
-                from moved m
-                returning run_at
-              )
-              select count(*) into v_woken from (select pg_notify('${jobs}', '') from added where run_at <= now() limit 1) woken;
-            end if;
+${moveReadyJobs(s, jobs)}            end if;
           end;
           $fn$`);
       });
