@@ -81,10 +81,12 @@ ${COUNT_SETTLED}            if v_doomed is not null then
             end if;
             -- One lock order (by id) for every transaction that settles: none waits for another in a
             -- circle. Each row comes back as it is under its lock: the jobs whose last dependencies
-            -- these are move with the count they have (it is never written).
+            -- these are move with the count they have (it is never written). The locked rows are the
+            -- preserved side of the join, so every one is read, and locked, whatever the join's plan
+            -- (a merge join could stop at the last dependent, leaving doomed jobs past it unlocked).
             select array_agg(l.id) filter (where l.pending <= c.n), count(*) filter (where l.pending > c.n) into v_ready, v_staying
             from (select b.id, b.pending from ${s}.blocked_jobs b where b.id = any(v_dependents || coalesce(v_doomed, '{}')) order by b.id for update) l
-            join unnest(v_dependents, v_counts) as c(id, n) on c.id = l.id;
+            left join unnest(v_dependents, v_counts) as c(id, n) on c.id = l.id;
             if v_doomed is not null then
               with gone as (delete from ${s}.blocked_jobs b where b.id = any(v_doomed) returning b.*),
               reasons as (
