@@ -29,7 +29,11 @@ import { jobsChannel, quoteIdentifier } from './names';
  *   one release of a 10,000-wide fan. The edges are locked when found (FOR UPDATE gives the
  *   row as it is now), so their ctids still hold at the update.
  *
- * What it settles, moves, fails and says is unchanged. Workers of earlier versions are not
+ * It also replaces reopen_flow_jobs (reopenLockingEdges below): a retry that brought a job back
+ * to blocked_jobs while another of its dependencies completed beside it could leave it blocked
+ * for good.
+ *
+ * What settle_flow_jobs settles, moves, fails and says is unchanged. Workers of earlier versions are not
  * concerned: the function runs in the trigger on finished_jobs, whoever finishes a job. A
  * function replaced in a transaction: statements before its commit run the old one.
  */
@@ -112,13 +116,37 @@ ${COUNT_SETTLED}            if v_doomed is not null then
 ${moveReadyJobs(s, jobs)}            end if;
           end;
           $fn$`);
+        await q.query(reopenLockingEdges(schema));
       });
     }
 
     async down(q: QueryRunner): Promise<void> {
       const settle = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.settle_flow_jobs(`));
       if (settle) await q.query(settle);
+      const reopen = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.reopen_flow_jobs(`));
+      if (reopen) await q.query(reopen);
       await forget(q, schema, this.name);
     }
   };
+}
+
+/** The statement of migration 7's reopen_flow_jobs after which the jobs to bring back (`v_chain`) are known. */
+const CHAIN_KNOWN = 'into v_chain from reopened;\n';
+
+/**
+ * reopen_flow_jobs (retry_jobs of a flow's failed job) as migration 7 wrote it, with the edges of
+ * the jobs it brings back from finished_jobs locked before it counts what they still wait for.
+ * Unlocked, a dependency completing in a transaction not yet committed was counted as still to
+ * come, and the job it settled stayed blocked for good (test/worker/flow-races.test.ts). Locked,
+ * the count waits for that commit. Edges are locked before blocked_jobs rows, as settle_flow_jobs
+ * does, and by dependency, in index order, as settle_flow_jobs finds them.
+ */
+function reopenLockingEdges(schema: string): string {
+  const s = quoteIdentifier(schema);
+  const original = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.reopen_flow_jobs(`));
+  if (!original?.includes(CHAIN_KNOWN)) throw new Error('migration 7 has no reopen_flow_jobs to derive from');
+  return original.replace(
+    CHAIN_KNOWN,
+    `${CHAIN_KNOWN}       perform 1 from ${s}.job_dependencies e where e.job_id = any(v_chain) order by e.dependency_id, e.ctid for update;\n`,
+  );
 }

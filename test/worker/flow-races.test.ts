@@ -91,6 +91,31 @@ describe('flows: dependencies finishing at once', () => {
     for (const ids of forks) assert.deepEqual(await placeOf(ids), { in_jobs: 1, blocked: 0, unfinished: 1, settled: 2 });
   });
 
+  it("a retry that brings a dependency-failed join back while its other dependency completes: the join waits for what is left, then runs", async () => {
+    // a fails for good, and the join fails with JQ_DEPENDENCY_FAILED; then, at once, b completes
+    // (first, not committed yet) and a is retried (second), which brings the join back to blocked
+    const ids = await fork();
+    await sql.query(`select job_queue.permanently_fail_jobs($1::bigint[], 'a fails')`, [[ids.a]]);
+    assert.deepEqual(await placeOf(ids), { in_jobs: 0, blocked: 0, unfinished: 1, settled: 0 }, 'b waits; the join failed (in neither jobs nor blocked_jobs)');
+    await first.query('begin');
+    await first.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.b]]);
+    const pid = (await second.query('select pg_backend_pid() as pid')).rows[0].pid;
+    const retried = second.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.a]]);
+    let done = false;
+    void retried.then(() => (done = true), () => (done = true));
+    // The barrier: the retry waits for a lock the completion holds (or, without one to wait for, has ended).
+    await waitFor('the retry to wait for the completion, or to end', async () => {
+      const { rows } = await sql.query('select exists (select 1 from pg_locks where pid = $1 and not granted) as waiting', [pid]);
+      return done || rows[0].waiting === true;
+    });
+    await first.query('commit');
+    await retried;
+    const { rows: [join] } = await sql.query('select pending from job_queue.blocked_jobs where id = $1', [ids.join]);
+    assert.deepEqual(join, { pending: 1 }, 'the join is blocked again, waiting for a alone: b completed');
+    await sql.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.a]]);
+    assert.deepEqual(await placeOf(ids), { in_jobs: 1, blocked: 0, unfinished: 1, settled: 2 }, 'a completed: the join moved to jobs');
+  });
+
   it('both dependencies finished by one statement unblock the dependent once', async () => {
     const ids = await fork();
     await sql.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.a, ids.b]]);
