@@ -138,7 +138,9 @@ const CHAIN_KNOWN = 'into v_chain from reopened;\n';
  * the jobs it brings back from finished_jobs locked before it counts what they still wait for.
  * Unlocked, a dependency completing in a transaction not yet committed was counted as still to
  * come, and the job it settled stayed blocked for good (test/worker/flow-races.test.ts). Locked,
- * the count waits for that commit. Edges are locked before blocked_jobs rows, as settle_flow_jobs
+ * the count waits for that commit. Then the jobs to bring back are read again: a retry beside
+ * this one that brought the same job back (it held those locks) has counted it in its flow, and
+ * counted twice, the flow never ended. Edges are locked before blocked_jobs rows, as settle_flow_jobs
  * does, and by dependency, in index order, as settle_flow_jobs finds them.
  */
 function reopenLockingEdges(schema: string): string {
@@ -147,6 +149,8 @@ function reopenLockingEdges(schema: string): string {
   if (!original?.includes(CHAIN_KNOWN)) throw new Error('migration 7 has no reopen_flow_jobs to derive from');
   return original.replace(
     CHAIN_KNOWN,
-    `${CHAIN_KNOWN}       perform 1 from ${s}.job_dependencies e where e.job_id = any(v_chain) order by e.dependency_id, e.ctid for update;\n`,
+    `${CHAIN_KNOWN}       perform 1 from ${s}.job_dependencies e where e.job_id = any(v_chain) order by e.dependency_id, e.ctid for update;\n` +
+      // a retry beside this one may have brought some back already (it held those locks): they are its to count
+      `       select array_agg(f.id order by f.id) into v_chain from ${s}.finished_jobs f where f.id = any(v_chain);\n`,
   );
 }

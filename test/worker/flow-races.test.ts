@@ -116,6 +116,30 @@ describe('flows: dependencies finishing at once', () => {
     assert.deepEqual(await placeOf(ids), { in_jobs: 1, blocked: 0, unfinished: 1, settled: 2 }, 'a completed: the join moved to jobs');
   });
 
+  it('two retries at once that both bring the same join back: it is counted once, and the flow completes', async () => {
+    const ids = await fork();
+    for (const id of [ids.a, ids.b]) await sql.query(`select job_queue.permanently_fail_jobs($1::bigint[], 'fails')`, [[id]]);
+    await first.query('begin');
+    await first.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.a]]);
+    const pid = (await second.query('select pg_backend_pid() as pid')).rows[0].pid;
+    const retried = second.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.b]]);
+    let done = false;
+    void retried.then(() => (done = true), () => (done = true));
+    await waitFor('the second retry to wait for the first, or to end', async () => {
+      const { rows } = await sql.query('select exists (select 1 from pg_locks where pid = $1 and not granted) as waiting', [pid]);
+      return done || rows[0].waiting === true;
+    });
+    await first.query('commit');
+    await retried;
+    const { rows: [join] } = await sql.query('select pending from job_queue.blocked_jobs where id = $1', [ids.join]);
+    assert.deepEqual(join, { pending: 2 }, 'the join is blocked again, waiting for both');
+    assert.deepEqual(await placeOf(ids), { in_jobs: 0, blocked: 1, unfinished: 3, settled: 0 }, 'the flow counts a, b and the join once each');
+    await sql.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.a, ids.b]]);
+    await sql.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.join]]);
+    const { rows: [flow] } = await sql.query('select state, unfinished from job_queue.flows where id = $1', [ids.flowId]);
+    assert.deepEqual(flow, { state: 'completed', unfinished: 0 });
+  });
+
   it('both dependencies finished by one statement unblock the dependent once', async () => {
     const ids = await fork();
     await sql.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.a, ids.b]]);
