@@ -152,6 +152,17 @@ export const moveReadyJobs = (s: string, jobs: string) => `         with moved a
 `;
 
 /**
+ * The statement of createFlowFunctions that creates function `name`, as migration 7 wrote it: what a
+ * later migration's down() puts back, or derives its own from.
+ */
+export function flowFunctionStatement(schema: string, name: string): string {
+  const s = quoteIdentifier(schema);
+  const statement = createFlowFunctions(schema).find((text) => text.includes(`function ${s}.${name}(`));
+  if (!statement) throw new Error(`migration 7 creates no function ${name}`);
+  return statement;
+}
+
+/**
  * The SQL functions of flows (migration Flows1764300000000) that settle and add them, as
  * statements (those that act on request: 1764300000000-flow-admin-functions.ts). Written here
  * once, as they were with this migration: a later change writes a new migration.

@@ -1,6 +1,6 @@
 import type { QueryRunner } from 'typeorm';
 import { applyOnce, forget, type JobQueueMigration } from './ledger';
-import { ADD_FLOW_CHECK, addFlowInsert, createFlowFunctions } from './1764300000000-flow-functions';
+import { ADD_FLOW_CHECK, addFlowInsert, flowFunctionStatement } from './1764300000000-flow-functions';
 import { jobsChannel, quoteIdentifier } from './names';
 
 /** What add_flow and add_flow_unchecked return: each step's job. */
@@ -55,8 +55,7 @@ ${ADD_FLOW_CHECK}            return query select * from ${s}.add_flow_unchecked(
     }
 
     async down(q: QueryRunner): Promise<void> {
-      const addFlow = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.add_flow(`));
-      if (addFlow) await q.query(addFlow);
+      await q.query(flowFunctionStatement(schema, 'add_flow'));
       await q.query(`drop function if exists ${s}.add_flow_unchecked(jsonb, uuid, bigint, smallint)`);
       await forget(q, schema, this.name);
     }

@@ -1,6 +1,6 @@
 import type { QueryRunner } from 'typeorm';
 import { applyOnce, forget, type JobQueueMigration } from './ledger';
-import { COUNT_SETTLED, createFlowFunctions, FINISHED_COLUMNS, finishedOfBlocked, moveReadyJobs } from './1764300000000-flow-functions';
+import { COUNT_SETTLED, FINISHED_COLUMNS, finishedOfBlocked, flowFunctionStatement, moveReadyJobs } from './1764300000000-flow-functions';
 import { jobsChannel, quoteIdentifier } from './names';
 
 /**
@@ -121,10 +121,7 @@ ${moveReadyJobs(s, jobs)}            end if;
     }
 
     async down(q: QueryRunner): Promise<void> {
-      const settle = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.settle_flow_jobs(`));
-      if (settle) await q.query(settle);
-      const reopen = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.reopen_flow_jobs(`));
-      if (reopen) await q.query(reopen);
+      for (const name of ['settle_flow_jobs', 'reopen_flow_jobs']) await q.query(flowFunctionStatement(schema, name));
       await forget(q, schema, this.name);
     }
   };
@@ -145,8 +142,8 @@ const CHAIN_KNOWN = 'into v_chain from reopened;\n';
  */
 function reopenLockingEdges(schema: string): string {
   const s = quoteIdentifier(schema);
-  const original = createFlowFunctions(schema).find((statement) => statement.includes(`function ${s}.reopen_flow_jobs(`));
-  if (!original?.includes(CHAIN_KNOWN)) throw new Error('migration 7 has no reopen_flow_jobs to derive from');
+  const original = flowFunctionStatement(schema, 'reopen_flow_jobs');
+  if (!original.includes(CHAIN_KNOWN)) throw new Error("migration 7's reopen_flow_jobs has no statement to derive from");
   return original.replace(
     CHAIN_KNOWN,
     `${CHAIN_KNOWN}       perform 1 from ${s}.job_dependencies e where e.job_id = any(v_chain) order by e.dependency_id, e.ctid for update;\n` +

@@ -91,6 +91,24 @@ describe('flows: dependencies finishing at once', () => {
     for (const ids of forks) assert.deepEqual(await placeOf(ids), { in_jobs: 1, blocked: 0, unfinished: 1, settled: 2 });
   });
 
+  /**
+   * Runs `statement` on `second` beside `first`'s open transaction, and commits that transaction
+   * once the statement waits for one of its locks (the barrier), or has ended without waiting
+   * (what a function that takes no such lock does); resolves when the statement has.
+   */
+  async function besideOpenTransaction(what: string, statement: () => Promise<unknown>): Promise<void> {
+    const pid = (await second.query('select pg_backend_pid() as pid')).rows[0].pid;
+    const running = statement();
+    let done = false;
+    void running.then(() => (done = true), () => (done = true));
+    await waitFor(`${what} to wait for the open transaction, or to end`, async () => {
+      const { rows } = await sql.query('select exists (select 1 from pg_locks where pid = $1 and not granted) as waiting', [pid]);
+      return done || rows[0].waiting === true;
+    });
+    await first.query('commit');
+    await running;
+  }
+
   it("a retry that brings a dependency-failed join back while its other dependency completes: the join waits for what is left, then runs", async () => {
     // a fails for good, and the join fails with JQ_DEPENDENCY_FAILED; then, at once, b completes
     // (first, not committed yet) and a is retried (second), which brings the join back to blocked
@@ -99,17 +117,7 @@ describe('flows: dependencies finishing at once', () => {
     assert.deepEqual(await placeOf(ids), { in_jobs: 0, blocked: 0, unfinished: 1, settled: 0 }, 'b waits; the join failed (in neither jobs nor blocked_jobs)');
     await first.query('begin');
     await first.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.b]]);
-    const pid = (await second.query('select pg_backend_pid() as pid')).rows[0].pid;
-    const retried = second.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.a]]);
-    let done = false;
-    void retried.then(() => (done = true), () => (done = true));
-    // The barrier: the retry waits for a lock the completion holds (or, without one to wait for, has ended).
-    await waitFor('the retry to wait for the completion, or to end', async () => {
-      const { rows } = await sql.query('select exists (select 1 from pg_locks where pid = $1 and not granted) as waiting', [pid]);
-      return done || rows[0].waiting === true;
-    });
-    await first.query('commit');
-    await retried;
+    await besideOpenTransaction('the retry', () => second.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.a]]));
     const { rows: [join] } = await sql.query('select pending from job_queue.blocked_jobs where id = $1', [ids.join]);
     assert.deepEqual(join, { pending: 1 }, 'the join is blocked again, waiting for a alone: b completed');
     await sql.query('select job_queue.complete_jobs($1::bigint[], null)', [[ids.a]]);
@@ -121,16 +129,7 @@ describe('flows: dependencies finishing at once', () => {
     for (const id of [ids.a, ids.b]) await sql.query(`select job_queue.permanently_fail_jobs($1::bigint[], 'fails')`, [[id]]);
     await first.query('begin');
     await first.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.a]]);
-    const pid = (await second.query('select pg_backend_pid() as pid')).rows[0].pid;
-    const retried = second.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.b]]);
-    let done = false;
-    void retried.then(() => (done = true), () => (done = true));
-    await waitFor('the second retry to wait for the first, or to end', async () => {
-      const { rows } = await sql.query('select exists (select 1 from pg_locks where pid = $1 and not granted) as waiting', [pid]);
-      return done || rows[0].waiting === true;
-    });
-    await first.query('commit');
-    await retried;
+    await besideOpenTransaction('the second retry', () => second.query('select id from job_queue.retry_jobs($1::bigint[])', [[ids.b]]));
     const { rows: [join] } = await sql.query('select pending from job_queue.blocked_jobs where id = $1', [ids.join]);
     assert.deepEqual(join, { pending: 2 }, 'the join is blocked again, waiting for both');
     assert.deepEqual(await placeOf(ids), { in_jobs: 0, blocked: 1, unfinished: 3, settled: 0 }, 'the flow counts a, b and the join once each');

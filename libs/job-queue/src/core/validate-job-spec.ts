@@ -124,10 +124,10 @@ export function validateJob(
   };
 }
 
-/** Job ids are bigints, passed around as strings; numbers are accepted too. */
 /** A job id as text: a positive bigint, no leading zero (what the jobs' sequence draws). */
 export const JOB_ID_PATTERN = /^[1-9][0-9]{0,18}$/;
 
+/** Job ids are bigints, passed around as strings; numbers are accepted too. */
 export function validateJobIds(ids: unknown): string[] {
   if (!Array.isArray(ids)) fail('JQ_INVALID_JOB_ID', 'job ids must be an array');
   return ids.map((id) => {

@@ -174,10 +174,15 @@ export class WorkerMembership extends PinnedConnection {
     }
     const id = this.id;
     const sent = this.now();
-    let beating = true;
-    this.beating += 1;
     try {
-      const rows = await this.run<{ cancelled: string[] }>('heartbeatWorker', [id]);
+      let rows: Array<{ cancelled: string[] }>;
+      // Counted while the statement is on its way only: afterHeartbeat's startPrefetched may ask for another (beatNow).
+      this.beating += 1;
+      try {
+        rows = await this.run<{ cancelled: string[] }>('heartbeatWorker', [id]);
+      } finally {
+        this.beating -= 1;
+      }
       // Unregistered meanwhile (a stop): the row is gone because this worker removed it.
       if (!this.registered) return;
       if (rows.length === 0 && id === this.id) {
@@ -188,14 +193,9 @@ export class WorkerMembership extends PinnedConnection {
         this.provedAlive(sent);
         hooks.cancelsHeard(rows[0].cancelled);
       }
-      // Done before afterHeartbeat, whose startPrefetched may ask for another (beatNow).
-      beating = false;
-      this.beating -= 1;
       hooks.afterHeartbeat();
     } catch (error) {
       this.events.reportError(this.id, 'heartbeat', error);
-    } finally {
-      if (beating) this.beating -= 1;
     }
   }
 
