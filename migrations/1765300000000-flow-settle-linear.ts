@@ -140,7 +140,7 @@ const CHAIN_KNOWN = 'into v_chain from reopened;\n';
  * counted twice, the flow never ended. Edges are locked before blocked_jobs rows, as settle_flow_jobs
  * does, and by dependency, in index order, as settle_flow_jobs finds them.
  */
-function reopenLockingEdges(schema: string): string {
+export function reopenLockingEdges(schema: string): string {
   const s = quoteIdentifier(schema);
   const original = flowFunctionStatement(schema, 'reopen_flow_jobs');
   if (!original.includes(CHAIN_KNOWN)) throw new Error("migration 7's reopen_flow_jobs has no statement to derive from");

@@ -16,6 +16,7 @@ import { createTaskFetchIndexMigration } from './1765000000000-task-fetch-index'
 import { createJobsVacuumTruncateMigration } from './1765100000000-jobs-vacuum-truncate';
 import { createFlowAddOnceMigration } from './1765200000000-flow-add-once';
 import { createFlowSettleLinearMigration } from './1765300000000-flow-settle-linear';
+import { createFlowRetryKeepsFailuresMigration } from './1765400000000-flow-retry-keeps-failures';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -44,5 +45,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createJobsVacuumTruncateMigration(schema),
     createFlowAddOnceMigration(schema),
     createFlowSettleLinearMigration(schema),
+    createFlowRetryKeepsFailuresMigration(schema),
   ];
 }

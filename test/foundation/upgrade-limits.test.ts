@@ -16,6 +16,7 @@ const MIGRATIONS = [
   'JobsVacuumTruncate1765100000000',
   'FlowAddOnce1765200000000',
   'FlowSettleLinear1765300000000',
+  'FlowRetryKeepsFailures1765400000000',
 ];
 
 /** The new version's `hold`, limited as the test says, and `marker`. */

@@ -247,6 +247,28 @@ describe('flows: jobs that wait for jobs', () => {
     assert.deepEqual(runs, ['a', 'a', 'b', 'c']);
   });
 
+  it('retryJobs leaves a `fail` dependent failed while another of its dependencies stays failed; retrying that one too runs it once', async () => {
+    failing.add('a');
+    failing.add('b');
+    const flow = await c.t.jobs.addFlow([step('a'), step('b'), step('join', ['a', 'b']), step('after', ['join']), step('aside', ['a'])]);
+    await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_FAILED' });
+    failing.clear();
+    await c.t.jobs.retryJobs([flow.jobs.a.id]);
+    // a completes and `aside` (a's alone) runs; `join` and `after` stay failed, b being failed still
+    await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_FAILED' });
+    const states = async () => Object.fromEntries(await Promise.all(['a', 'b', 'join', 'after', 'aside'].map(async (ref) => [ref, (await c.t.jobs.getJob(flow.jobs[ref].id))?.state])));
+    assert.deepEqual(await states(), { a: 'completed', b: 'failed', join: 'failed', after: 'failed', aside: 'completed' });
+    assert.deepEqual([...runs].sort(), ['a', 'a', 'aside', 'b']);
+    await c.t.jobs.retryJobs([flow.jobs.b.id]);
+    const results = await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
+    assert.deepEqual(Object.keys(results).sort(), ['a', 'after', 'aside', 'b', 'join']);
+    assert.deepEqual([...runs].sort(), ['a', 'a', 'after', 'aside', 'b', 'b', 'join']);
+    assert.deepEqual(seen.get('join')!.dependencies, {
+      a: { state: 'completed', result: { ref: 'a', left: null } },
+      b: { state: 'completed', result: { ref: 'b', left: null } },
+    });
+  });
+
   it('completeJobs completes a job from outside with a result: its dependents unblock and see it; a held job is refused', async () => {
     const flow = await c.t.jobs.addFlow([{ ref: 'approval', identifier: 'step', payload: { ref: 'approval' }, runAt: new Date(Date.now() + 3_600_000) }, step('ship', ['approval'])]);
     const [approved] = await c.t.dataSource.transaction((manager) => c.t.jobs.completeJobs([flow.jobs.approval.id], { result: { approvedBy: 'ann' }, manager }));

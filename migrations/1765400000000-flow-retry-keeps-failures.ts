@@ -1,0 +1,113 @@
+import type { QueryRunner } from 'typeorm';
+import { applyOnce, forget, type JobQueueMigration } from './ledger';
+import { reopenLockingEdges } from './1765300000000-flow-settle-linear';
+import { quoteIdentifier } from './names';
+
+/**
+ * retryJobs of a flow's failed job brings back only the dependents whose `fail` dependencies
+ * all come back with it. Until now, retrying A of a join on A and B, both failed for good, put the
+ * join back to blocked with B's edge still failed: A's completion ran the join, though its
+ * policy says a failed dependency fails it. Now such a dependent stays failed (and so do its
+ * own `fail` dependents), with its edge from A waiting again; retrying B later brings it back,
+ * counting A's edge as it then stands.
+ *
+ * reopen_flow_jobs in full, as migration 17 left it (its edges locked before it counts, the jobs
+ * to bring back read again under those locks), with the jobs that stay failed taken out before
+ * anything is written. Every set is built by hashing (EXCEPT, INTERSECT) or by index lookups,
+ * never by `x = any(array)` per row, which a generic plan makes n × m (docs/maintainers.md
+ * "Flows"). Workers of earlier versions are not concerned: retry_jobs calls this function, in
+ * the database, whoever retries.
+ */
+export function createFlowRetryKeepsFailuresMigration(schema: string): new () => JobQueueMigration {
+  const s = quoteIdentifier(schema);
+
+  return class FlowRetryKeepsFailures1765400000000 implements JobQueueMigration {
+    readonly name = 'FlowRetryKeepsFailures1765400000000';
+
+    async up(q: QueryRunner): Promise<void> {
+      await applyOnce(q, schema, this.name, async () => {
+        await q.query(`
+          create or replace function ${s}.reopen_flow_jobs(job_ids bigint[]) returns void
+          language plpgsql volatile as $fn$
+          declare
+            v_chain bigint[];
+            v_lost bigint[];
+            v_flows bigint[];
+            v_counts integer[];
+          begin
+            -- The dependents that failed because of these jobs (JQ_DEPENDENCY_FAILED), down the graph.
+            -- Each job's dependents by index lookups, whatever the statistics say: its edges in a LATERAL
+            -- subquery, each dependent's row by a scalar subquery (an EXISTS is made a join). Joined
+            -- plainly, with finished_jobs filled since the statistics were taken, each level compared
+            -- every job it reached with every dependency-failed job (a 10,000-wide fan: 14 s).
+            with recursive reopened(id) as (
+              select unnest(job_ids)
+              union
+              select w.job_id from reopened r
+              cross join lateral (select e.job_id from ${s}.job_dependencies e where e.dependency_id = r.id offset 0) w
+              where coalesce((select f.state = 'failed' and f.last_error like 'JQ_DEPENDENCY_FAILED:%' from ${s}.finished_jobs f where f.id = w.job_id), false)
+            )
+            select array_agg(c.id order by c.id) into v_chain from (select id from reopened except select unnest(job_ids)) c;
+            -- Their edges, locked as settle_flow_jobs locks them (by dependency, in index order) and
+            -- before any blocked_jobs row: a dependency completing beside this retry is counted once
+            -- it commits. A retry beside this one may have brought some back already: its to count.
+            perform 1 from ${s}.job_dependencies e where e.job_id = any(v_chain) order by e.dependency_id, e.ctid for update;
+            select array_agg(f.id order by f.id) into v_chain from ${s}.finished_jobs f where f.id = any(v_chain);
+            -- The dependencies that failed one of them under the \`fail\` policy and do not come back...
+            select array_agg(d.id) into v_lost from (
+              select e.dependency_id from ${s}.job_dependencies e
+              where e.job_id = any(v_chain) and e.policy = 'fail' and e.state in ('failed', 'cancelled')
+              except select unnest(job_ids || v_chain)
+            ) d(id);
+            -- ...keep those dependents failed, and theirs, down the \`fail\` edges.
+            if v_lost is not null then
+              with recursive kept_failed(id) as (
+                (select e.job_id from ${s}.job_dependencies e
+                 where e.dependency_id = any(v_lost) and e.policy = 'fail' and e.state in ('failed', 'cancelled')
+                 intersect select unnest(v_chain))
+                union
+                select w.job_id from kept_failed k
+                cross join lateral (select e.job_id from ${s}.job_dependencies e
+                  where e.dependency_id = k.id and e.policy = 'fail' and e.state in ('failed', 'cancelled') offset 0) w
+              )
+              select array_agg(c.id order by c.id) into v_chain from (select unnest(v_chain) except select id from kept_failed) c(id);
+            end if;
+            perform 1 from ${s}.blocked_jobs b
+            where b.id in (select e.job_id from ${s}.job_dependencies e where e.dependency_id = any(job_ids || coalesce(v_chain, '{}'))) order by b.id for update;
+            update ${s}.blocked_jobs b set pending = b.pending + c.n
+            from (select e.job_id, count(*)::int as n from ${s}.job_dependencies e
+                  where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null group by e.job_id) c
+            where b.id = c.job_id;
+            -- Every edge out of what comes back waits again, a kept-failed dependent's too: a later
+            -- retry of its other failed dependency counts this one as it then stands.
+            update ${s}.job_dependencies e set state = null, result = null, error = null, settled_at = null
+            where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null;
+            if v_chain is not null then
+              with gone as (delete from ${s}.finished_jobs f where f.id = any(v_chain) returning f.*)
+              insert into ${s}.blocked_jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags, flow_id, flow_ref, pending, created_at)
+              select g.id, g.task_identifier, g.queue_name, g.payload, g.priority, null, g.max_attempts, g.flags, g.flow_id, g.flow_ref,
+                (select count(*) from ${s}.job_dependencies e where e.job_id = g.id and e.state is null), g.created_at
+              from gone g;
+            end if;
+            select array_agg(flow_id order by flow_id), array_agg(n order by flow_id) into v_flows, v_counts
+            from (select j.flow_id, count(*)::int as n from (
+                    select flow_id from ${s}.jobs where id = any(job_ids) and flow_id is not null
+                    union all select flow_id from ${s}.blocked_jobs where id = any(coalesce(v_chain, '{}'))) j
+                  group by j.flow_id) c;
+            if v_flows is not null then
+              perform 1 from ${s}.flows f where f.id = any(v_flows) order by f.id for update;
+              update ${s}.flows f set unfinished = f.unfinished + c.n, state = 'running', finished_at = null, updated_at = now()
+              from unnest(v_flows, v_counts) as c(id, n)
+              where f.id = c.id;
+            end if;
+          end;
+          $fn$`);
+      });
+    }
+
+    async down(q: QueryRunner): Promise<void> {
+      await q.query(reopenLockingEdges(schema));
+      await forget(q, schema, this.name);
+    }
+  };
+}
