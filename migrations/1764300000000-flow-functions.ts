@@ -130,6 +130,41 @@ export const COUNT_SETTLED = `       counted as (select job_id, count(*)::int as
 `;
 
 /**
+ * reopen_flow_jobs once it knows the retried jobs (`job_ids`) and the dependency-failed jobs to
+ * bring back with them (`v_chain`): counts the blocked dependents up, sets the edges waiting
+ * again, moves `v_chain` to blocked_jobs and counts the flows up (plpgsql statements, with
+ * `v_flows` and `v_counts`). As ADD_FLOW_CHECK, part of two migrations' functions
+ * (Flows1764300000000's, FlowRetryKeepsFailures1765400000000's).
+ */
+export const reopenChain = (s: string) => `       perform 1 from ${s}.blocked_jobs b
+       where b.id in (select e.job_id from ${s}.job_dependencies e where e.dependency_id = any(job_ids || coalesce(v_chain, '{}'))) order by b.id for update;
+       update ${s}.blocked_jobs b set pending = b.pending + c.n
+       from (select e.job_id, count(*)::int as n from ${s}.job_dependencies e
+             where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null group by e.job_id) c
+       where b.id = c.job_id;
+       update ${s}.job_dependencies e set state = null, result = null, error = null, settled_at = null
+       where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null;
+       if v_chain is not null then
+         with gone as (delete from ${s}.finished_jobs f where f.id = any(v_chain) returning f.*)
+         insert into ${s}.blocked_jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags, flow_id, flow_ref, pending, created_at)
+         select g.id, g.task_identifier, g.queue_name, g.payload, g.priority, null, g.max_attempts, g.flags, g.flow_id, g.flow_ref,
+           (select count(*) from ${s}.job_dependencies e where e.job_id = g.id and e.state is null), g.created_at
+         from gone g;
+       end if;
+       select array_agg(flow_id order by flow_id), array_agg(n order by flow_id) into v_flows, v_counts
+       from (select j.flow_id, count(*)::int as n from (
+               select flow_id from ${s}.jobs where id = any(job_ids) and flow_id is not null
+               union all select flow_id from ${s}.blocked_jobs where id = any(coalesce(v_chain, '{}'))) j
+             group by j.flow_id) c;
+       if v_flows is not null then
+         perform 1 from ${s}.flows f where f.id = any(v_flows) order by f.id for update;
+         update ${s}.flows f set unfinished = f.unfinished + c.n, state = 'running', finished_at = null, updated_at = now()
+         from unnest(v_flows, v_counts) as c(id, n)
+         where f.id = c.id;
+       end if;
+`;
+
+/**
  * settle_flow_jobs's move of its ready jobs (`v_ready`) from blocked_jobs to jobs, waking the
  * workers on channel `jobs` (plpgsql statements, counting into `v_woken`). As ADD_FLOW_CHECK,
  * part of two migrations' functions (Flows1764300000000's, FlowSettleLinear1765300000000's).
@@ -324,33 +359,7 @@ ${moveReadyJobs(s, jobs)}       end if;
          join ${s}.finished_jobs f on f.id = e.job_id and f.state = 'failed' and f.last_error like 'JQ_DEPENDENCY_FAILED:%'
        )
        select array_agg(id order by id) filter (where not (id = any(job_ids))) into v_chain from reopened;
-       perform 1 from ${s}.blocked_jobs b
-       where b.id in (select e.job_id from ${s}.job_dependencies e where e.dependency_id = any(job_ids || coalesce(v_chain, '{}'))) order by b.id for update;
-       update ${s}.blocked_jobs b set pending = b.pending + c.n
-       from (select e.job_id, count(*)::int as n from ${s}.job_dependencies e
-             where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null group by e.job_id) c
-       where b.id = c.job_id;
-       update ${s}.job_dependencies e set state = null, result = null, error = null, settled_at = null
-       where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null;
-       if v_chain is not null then
-         with gone as (delete from ${s}.finished_jobs f where f.id = any(v_chain) returning f.*)
-         insert into ${s}.blocked_jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags, flow_id, flow_ref, pending, created_at)
-         select g.id, g.task_identifier, g.queue_name, g.payload, g.priority, null, g.max_attempts, g.flags, g.flow_id, g.flow_ref,
-           (select count(*) from ${s}.job_dependencies e where e.job_id = g.id and e.state is null), g.created_at
-         from gone g;
-       end if;
-       select array_agg(flow_id order by flow_id), array_agg(n order by flow_id) into v_flows, v_counts
-       from (select j.flow_id, count(*)::int as n from (
-               select flow_id from ${s}.jobs where id = any(job_ids) and flow_id is not null
-               union all select flow_id from ${s}.blocked_jobs where id = any(coalesce(v_chain, '{}'))) j
-             group by j.flow_id) c;
-       if v_flows is not null then
-         perform 1 from ${s}.flows f where f.id = any(v_flows) order by f.id for update;
-         update ${s}.flows f set unfinished = f.unfinished + c.n, state = 'running', finished_at = null, updated_at = now()
-         from unnest(v_flows, v_counts) as c(id, n)
-         where f.id = c.id;
-       end if;
-     end;
+${reopenChain(s)}     end;
      $fn$`,
 
     // A flow in one statement (addFlow, or SQL: a trigger may start flows). Steps are the JSON

@@ -1,5 +1,6 @@
 import type { QueryRunner } from 'typeorm';
 import { applyOnce, forget, type JobQueueMigration } from './ledger';
+import { reopenChain } from './1764300000000-flow-functions';
 import { reopenLockingEdges } from './1765300000000-flow-settle-linear';
 import { quoteIdentifier } from './names';
 
@@ -11,11 +12,13 @@ import { quoteIdentifier } from './names';
  * own `fail` dependents), with its edge from A waiting again; retrying B later brings it back,
  * counting A's edge as it then stands.
  *
- * reopen_flow_jobs in full, as migration 17 left it (its edges locked before it counts, the jobs
- * to bring back read again under those locks), with the jobs that stay failed taken out before
- * anything is written. Every set is built by hashing (EXCEPT, INTERSECT) or by index lookups,
- * never by `x = any(array)` per row, which a generic plan makes n × m (docs/maintainers.md
- * "Flows"). Workers of earlier versions are not concerned: retry_jobs calls this function, in
+ * reopen_flow_jobs as migration 17 left it (its edges locked before it counts, the jobs to bring
+ * back read again under those locks), with the jobs that stay failed taken out before anything
+ * is written; then the Flows migration's own steps (reopenChain). Those reset every edge out of
+ * what comes back, a kept-failed dependent's too: a later retry of its other failed dependency
+ * counts that edge as it then stands. Every set is built by hashing (EXCEPT, INTERSECT) or by
+ * index lookups, never by `x = any(array)` filtering row by row, which a generic plan makes
+ * n × m (docs/maintainers.md "Flows"). Workers of earlier versions are not concerned: retry_jobs calls this function, in
  * the database, whoever retries.
  */
 export function createFlowRetryKeepsFailuresMigration(schema: string): new () => JobQueueMigration {
@@ -39,7 +42,7 @@ export function createFlowRetryKeepsFailuresMigration(schema: string): new () =>
             -- Each job's dependents by index lookups, whatever the statistics say: its edges in a LATERAL
             -- subquery, each dependent's row by a scalar subquery (an EXISTS is made a join). Joined
             -- plainly, with finished_jobs filled since the statistics were taken, each level compared
-            -- every job it reached with every dependency-failed job (a 10,000-wide fan: 14 s).
+            -- every job it reached with every dependency-failed job (a 10,000-wide fan: 6 s).
             with recursive reopened(id) as (
               select unnest(job_ids)
               union
@@ -72,35 +75,7 @@ export function createFlowRetryKeepsFailuresMigration(schema: string): new () =>
               )
               select array_agg(c.id order by c.id) into v_chain from (select unnest(v_chain) except select id from kept_failed) c(id);
             end if;
-            perform 1 from ${s}.blocked_jobs b
-            where b.id in (select e.job_id from ${s}.job_dependencies e where e.dependency_id = any(job_ids || coalesce(v_chain, '{}'))) order by b.id for update;
-            update ${s}.blocked_jobs b set pending = b.pending + c.n
-            from (select e.job_id, count(*)::int as n from ${s}.job_dependencies e
-                  where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null group by e.job_id) c
-            where b.id = c.job_id;
-            -- Every edge out of what comes back waits again, a kept-failed dependent's too: a later
-            -- retry of its other failed dependency counts this one as it then stands.
-            update ${s}.job_dependencies e set state = null, result = null, error = null, settled_at = null
-            where e.dependency_id = any(job_ids || coalesce(v_chain, '{}')) and e.state is not null;
-            if v_chain is not null then
-              with gone as (delete from ${s}.finished_jobs f where f.id = any(v_chain) returning f.*)
-              insert into ${s}.blocked_jobs (id, task_identifier, queue_name, payload, priority, run_at, max_attempts, flags, flow_id, flow_ref, pending, created_at)
-              select g.id, g.task_identifier, g.queue_name, g.payload, g.priority, null, g.max_attempts, g.flags, g.flow_id, g.flow_ref,
-                (select count(*) from ${s}.job_dependencies e where e.job_id = g.id and e.state is null), g.created_at
-              from gone g;
-            end if;
-            select array_agg(flow_id order by flow_id), array_agg(n order by flow_id) into v_flows, v_counts
-            from (select j.flow_id, count(*)::int as n from (
-                    select flow_id from ${s}.jobs where id = any(job_ids) and flow_id is not null
-                    union all select flow_id from ${s}.blocked_jobs where id = any(coalesce(v_chain, '{}'))) j
-                  group by j.flow_id) c;
-            if v_flows is not null then
-              perform 1 from ${s}.flows f where f.id = any(v_flows) order by f.id for update;
-              update ${s}.flows f set unfinished = f.unfinished + c.n, state = 'running', finished_at = null, updated_at = now()
-              from unnest(v_flows, v_counts) as c(id, n)
-              where f.id = c.id;
-            end if;
-          end;
+${reopenChain(s)}          end;
           $fn$`);
       });
     }
