@@ -138,6 +138,35 @@ describe('queue events heard across processes', () => {
     }
   });
 
+  it("cancelFlow's cancels are heard once each: its blocked and waiting jobs' from the cancel, the running one's from its worker", async () => {
+    app = await producerApp(db.url, [EveryEvent]);
+    const jobs = app.get(JobQueueService);
+    await startWorkerProcesses(1, { url: db.url, concurrency: 4 });
+    const step = (ref: string, payload: object, extra: object = {}) => ({ ref, identifier: 'scripted', payload, ...extra });
+    const flow = await jobs.addFlow([
+      step('running', { progress: 50 }),
+      step('blocked', {}, { dependsOn: ['running'] }),
+      step('later', {}, { runAt: new Date(Date.now() + 3_600_000) }),
+    ] as never);
+    const ids = Object.fromEntries(Object.entries(flow.jobs).map(([ref, job]) => [ref, job.id]));
+    await waitFor('the running job to report progress', () => heard.some((event) => event.jobId === ids.running && event.type === 'job:progress'));
+    await jobs.cancelFlow(flow.flowId, 'flow not needed');
+    await sql.query('insert into handler_go values ($1)', [ids.running]);
+    await waitFor('the flow to be heard cancelled', () => heard.some((event) => event.type === 'flow:cancelled'));
+    // a job's completion heard after: every notification committed before it was heard first
+    const sentinel = await jobs.add('scripted' as never, {} as never);
+    await waitFor("the sentinel's completion", () => heard.some((event) => event.jobId === sentinel.id && event.type === 'job:completed'));
+
+    const sequences = byJob(heard.filter((event) => event.type.startsWith('job:'))); // flow:cancelled names the flow's first job
+    assert.deepEqual(sequences.get(ids.running), ['job:progress', 'job:cancelled']);
+    assert.deepEqual(sequences.get(ids.blocked), ['job:cancelled']);
+    assert.deepEqual(sequences.get(ids.later), ['job:cancelled']);
+    for (const ref of ['blocked', 'later']) {
+      const cancel = heard.find((event) => event.jobId === ids[ref])!;
+      assert.equal(cancel.type === 'job:cancelled' && cancel.reason, 'flow not needed', ref);
+    }
+  });
+
   it('nothing is published while nobody listens; a late subscriber hears only later jobs; once it leaves, publishing stops', async () => {
     const recorder = await NotificationRecorder.listen(db.url, EVENTS_CHANNEL);
     try {

@@ -7,7 +7,9 @@ import { toJsonText } from '../core/json';
 import { JOB_QUEUE_OPTIONS, type ResolvedJobQueueOptions } from '../core/options';
 import { toTraceColumns, traceValues } from '../core/trace-context';
 import { validateJobIds, type ValidJob } from '../core/validate-job-spec';
+import { onBorrowedConnection } from '../db/borrowed-connection';
 import { JobQueueDatabase } from '../db/job-queue-database';
+import { QueueEventAudience } from '../events/queue-event-audience';
 import { AmbientTransaction } from '../peers/ambient-transaction';
 import { JobQueueTelemetry } from '../telemetry/job-queue-telemetry';
 import { addedJobs, type AddedRow } from './added-jobs';
@@ -51,6 +53,7 @@ export class JobFlows {
     private readonly telemetry: JobQueueTelemetry,
     private readonly ambient: AmbientTransaction,
     private readonly waiter: JobWaiter,
+    private readonly audience: QueueEventAudience,
   ) {}
 
   async add(steps: readonly FlowStep[], options: { manager?: EntityManager } = {}): Promise<AddedFlow> {
@@ -123,7 +126,18 @@ export class JobFlows {
   /** Cancels every unfinished job of the flow; see JobQueueService.cancelFlow. */
   async cancel(id: string, reason: string | null): Promise<Flow> {
     const [flowId] = validateJobIds([id]);
-    await this.db.run('cancelFlow', [flowId, reason]);
+    const audience = await this.audience.fresh();
+    if (audience === null) await this.db.run('cancelFlow', [flowId, reason]);
+    else {
+      // The jobs cancelled here, not by a worker's release (which publishes its own), are heard
+      // as job:cancelled from the cancel's own transaction (a failure destroys the connection).
+      await onBorrowedConnection(this.db.pool, async (client) => {
+        await client.query('begin');
+        await this.db.runOn(client, 'cancelFlow', [flowId, reason]);
+        await this.db.runOn(client, 'publishFlowCancelled', [flowId, audience]);
+        await client.query('commit');
+      });
+    }
     const flow = await this.get(flowId);
     if (!flow) throw new JobQueueError('JQ_FLOW_NOT_FOUND', `flow ${flowId} does not exist`);
     return flow;

@@ -105,5 +105,20 @@ export function createQueueEventQueries(s: string, channel: string, events: stri
          from ${s}.finished_jobs f where f.id = $1::bigint and f.state = 'cancelled' and ${wantsEvent('$2', 'job:cancelled', 'f.task_identifier')}`,
       )})
       select count(*)::int as published from published`,
+
+    /**
+     * Publishes the cancels of flow $1's jobs that this transaction finished as cancelled (cancelFlow:
+     * its blocked and waiting jobs; a running one's worker publishes its own) if filter $2 wants
+     * them. finished_at is the finishing transaction's now().
+     */
+    publishFlowCancelled: `
+      with published as (${publishEvents(
+        events,
+        `select ${queueEvent('job:cancelled', 'f', { reason: eventText(`nullif(regexp_replace(f.last_error, '^JQ_JOB_CANCELLED: ', ''), 'cancelled')`) })}
+         from ${s}.finished_jobs f
+         where (f.flow_id = $1::bigint or (f.id = $1::bigint and f.flow_id is null)) and f.state = 'cancelled' and f.finished_at = now()
+           and ${wantsEvent('$2', 'job:cancelled', 'f.task_identifier')}`,
+      )})
+      select count(*)::int as published from published`,
   };
 }
