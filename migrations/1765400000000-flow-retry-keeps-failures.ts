@@ -31,7 +31,7 @@ export function createFlowRetryKeepsFailuresMigration(schema: string): new () =>
       await applyOnce(q, schema, this.name, async () => {
         await q.query(`
           create or replace function ${s}.reopen_flow_jobs(job_ids bigint[]) returns void
-          language plpgsql volatile as $fn$
+          language plpgsql volatile set enable_seqscan = off as $fn$
           declare
             v_chain bigint[];
             v_lost bigint[];
@@ -39,8 +39,10 @@ export function createFlowRetryKeepsFailuresMigration(schema: string): new () =>
             v_counts integer[];
           begin
             -- The dependents that failed because of these jobs (JQ_DEPENDENCY_FAILED), down the graph.
-            -- Each job's dependents by index lookups, whatever the statistics say: its edges in a LATERAL
-            -- subquery, each dependent's row by a scalar subquery (an EXISTS is made a join). Joined
+            -- Each job's dependents by index lookups: its edges in a LATERAL subquery, each dependent's
+            -- row by a scalar subquery (an EXISTS is made a join), and no sequential scan (the
+            -- function's SET: statistics taken while one wide fan filled job_dependencies say a
+            -- dependency_id matches every row, and each lookup scanned the table, 109 s). Joined
             -- plainly, with finished_jobs filled since the statistics were taken, each level compared
             -- every job it reached with every dependency-failed job (a 10,000-wide fan: 6 s).
             with recursive reopened(id) as (
@@ -72,6 +74,9 @@ export function createFlowRetryKeepsFailuresMigration(schema: string): new () =>
                 select w.job_id from kept_failed k
                 cross join lateral (select e.job_id from ${s}.job_dependencies e
                   where e.dependency_id = k.id and e.policy = 'fail' and e.state in ('failed', 'cancelled') offset 0) w
+                -- only through jobs still failed by a dependency: one retried in this same call (no
+                -- longer in finished_jobs) comes back, and so do its dependents
+                where coalesce((select f.state = 'failed' and f.last_error like 'JQ_DEPENDENCY_FAILED:%' from ${s}.finished_jobs f where f.id = w.job_id), false)
               )
               select array_agg(c.id order by c.id) into v_chain from (select unnest(v_chain) except select id from kept_failed) c(id);
             end if;

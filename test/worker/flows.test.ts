@@ -269,6 +269,20 @@ describe('flows: jobs that wait for jobs', () => {
     });
   });
 
+  it('retryJobs of a failed dependency with a job down the graph brings back what waits only on that job', async () => {
+    failing.add('a');
+    failing.add('b');
+    const flow = await c.t.jobs.addFlow([step('a'), step('b'), step('x', ['a', 'b']), step('y', ['x']), step('w', ['y'])]);
+    await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_FAILED' });
+    failing.clear();
+    // y, retried itself, runs (as any retried job does); w waits only on y, so it comes back too; x stays failed with b
+    await c.t.jobs.retryJobs([flow.jobs.a.id, flow.jobs.y.id]);
+    await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_FAILED' });
+    const states = Object.fromEntries(await Promise.all(['a', 'b', 'x', 'y', 'w'].map(async (ref) => [ref, (await c.t.jobs.getJob(flow.jobs[ref].id))?.state])));
+    assert.deepEqual(states, { a: 'completed', b: 'failed', x: 'failed', y: 'completed', w: 'completed' });
+    assert.deepEqual([...runs].sort(), ['a', 'a', 'b', 'w', 'y']);
+  });
+
   it('completeJobs completes a job from outside with a result: its dependents unblock and see it; a held job is refused', async () => {
     const flow = await c.t.jobs.addFlow([{ ref: 'approval', identifier: 'step', payload: { ref: 'approval' }, runAt: new Date(Date.now() + 3_600_000) }, step('ship', ['approval'])]);
     const [approved] = await c.t.dataSource.transaction((manager) => c.t.jobs.completeJobs([flow.jobs.approval.id], { result: { approvedBy: 'ann' }, manager }));
