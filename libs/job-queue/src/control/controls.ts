@@ -102,6 +102,16 @@ export class Controls {
     return end === undefined || end <= Date.now();
   }
 
+  /** Whether a job of `task` in `queue` (null: none) may start now: a job claimed ahead (worker/paused-give-back.ts). */
+  starts(task: string, queue: string | null): boolean {
+    return this.runs(task) && (queue === null || !this.pausedQueues.includes(queue));
+  }
+
+  /** Anything is paused or held: the prefetched jobs must be checked before they start. */
+  get anyPaused(): boolean {
+    return this.all || this.tasks.size > 0 || this.holds.size > 0 || this.pausedQueues.length > 0;
+  }
+
   /**
    * Holds `task` here for `ms` at once, while `written` (sql holdTask) writes it for every
    * worker; kept over reads until that write has settled and a read has begun after it. A

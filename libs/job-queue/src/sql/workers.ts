@@ -40,10 +40,26 @@ export function createWorkerQueries(s: string, channel: string, finished: string
      * orphan rule once the worker's row is gone. A queue stays locked while any job of this
      * worker in it is still locked (kept or skipped), so its order holds.
      */
-    giveBackJobs: `
+    giveBackJobs: giveBack(s, channel, finished, 'not (id = any($2::bigint[]))'),
+
+    /**
+     * Gives back the jobs $2 that worker $1 holds, as giveBackJobs does: the prefetched jobs of a
+     * task or named queue paused (or held) since they were claimed (worker/paused-give-back.ts),
+     * which the worker no longer starts.
+     */
+    giveBackJobsById: giveBack(s, channel, finished, 'id = any($2::bigint[])'),
+  };
+}
+
+/**
+ * Gives back the jobs worker $1 holds that `which` picks (a condition on their id and $2): see
+ * giveBackJobs.
+ */
+function giveBack(s: string, channel: string, finished: string, which: string): string {
+  return `
       with mine as materialized (
         select id from ${s}.jobs
-        where locked_by = $1 and not (id = any($2::bigint[]))
+        where locked_by = $1 and ${which}
         for no key update skip locked
       ),
       given_back as (
@@ -73,8 +89,7 @@ export function createWorkerQueries(s: string, channel: string, finished: string
               and j.id not in (select id from given_back) and j.id not in (select id from cancelled))
       ),
       woken as (select pg_notify('${channel}', '') from given_back limit 1)
-      select array(select id::text from given_back) as given_back,
-             (select count(*) from ${s}.jobs where locked_by = $1 and not (id = any($2::bigint[])) and id not in (select id from mine))::int as busy,
-             (select count(*) from woken)::int as woken`,
-  };
+      select array(select id::text from given_back) as given_back, array(select id::text from cancelled) as cancelled,
+             (select count(*) from ${s}.jobs where locked_by = $1 and ${which} and id not in (select id from mine))::int as busy,
+             (select count(*) from woken)::int as woken`;
 }

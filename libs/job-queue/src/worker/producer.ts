@@ -8,6 +8,7 @@ import { ClaimConnection } from './claim-connection';
 import { toClaimedJob, type ClaimedRow } from './claimed-job';
 import { claimOf } from '../core/claim-token';
 import { giveBackAllBut, giveBackOnce, type GiveBackParts } from './give-back';
+import { PausedGiveBack } from './paused-give-back';
 import { claimLimited, type ClaimArgs } from './limited-claim';
 import { SlotLeases } from './slot-leases';
 import { maxHeld, PrefetchSizer } from './prefetch';
@@ -22,6 +23,7 @@ import { WorkerPart, type WorkerParts } from './worker-state';
  */
 export class Producer extends WorkerPart {
   private readonly logger = new Logger('JobQueueWorker');
+  private readonly parts = (): GiveBackParts => ({ membership: this.membership, state: this.state, events: this.events, logger: this.logger });
   private readonly prefetch: PrefetchSizer;
   /** The connection claims run on (claim-connection.ts). */
   private readonly claims: ClaimConnection;
@@ -29,6 +31,8 @@ export class Producer extends WorkerPart {
   readonly limits: TaskLimits;
   /** The slots this worker leased of tasks limited by globalConcurrency alone (slot-leases.ts). */
   private readonly leases: SlotLeases;
+  /** Gives back the prefetched jobs of what was paused since their claim (paused-give-back.ts). */
+  private readonly paused: PausedGiveBack;
   /**
    * A limited task's last claim found its limit reached: the next job of this worker to end
    * wakes the fetch (slotFreed), its slot free at once since limited claims do not count this
@@ -72,6 +76,7 @@ export class Producer extends WorkerPart {
     this.claims = new ClaimConnection(() => this.db.pool, this.options.transactionPooling);
     this.limits = new TaskLimits(this.tasks, this.controls);
     this.leases = new SlotLeases(this.db, this.claims, this.state, this.controls);
+    this.paused = new PausedGiveBack({ ...this.parts(), controls: this.controls }, (step) => this.serialize(step));
   }
 
   /** Polls every pollInterval, for future, retried and unnotified jobs. */
@@ -194,6 +199,7 @@ export class Producer extends WorkerPart {
     const { state } = this;
     // Past workerTimeout without a heartbeat (a stall), these jobs may have been rescued and run elsewhere: beat first.
     if (state.prefetched.length > 0 && this.membership.mayBeDeclaredDead) return this.membership.beatNow();
+    this.paused.takePaused();
     const startable = this.leases.startable();
     while (state.busySlots < state.concurrency && state.prefetched.length > 0 && !state.stopping) {
       const index = startable ? state.prefetched.findIndex((job) => startable(job.taskIdentifier)) : 0;
@@ -221,6 +227,7 @@ export class Producer extends WorkerPart {
     while (!state.stopping) {
       // Told of a pause (or polling) since the last claim: read them first, so no claim that begins after the notification takes a paused job.
       if (controls.isStale) await controls.fresh();
+      this.paused.takePaused(); // and hold none of their jobs claimed ahead
       // Limited tasks (globalConcurrency, rateLimit) leave the general claim, as paused ones do, for claims of their own.
       const { unlimited, limited } = this.limits.split(controls.claimTasks(this.tasks.identifiers()));
       if ((unlimited.length === 0 && limited.length === 0) || state.stopping) break;
@@ -360,10 +367,6 @@ export class Producer extends WorkerPart {
       this.rateTimer = setTimeout(() => void this.wake(), timerDelay(nextRoomInMs));
     }
     return more;
-  }
-
-  private parts(): GiveBackParts {
-    return { membership: this.membership, state: this.state, events: this.events, logger: this.logger };
   }
 
   private async forbiddenFlags(): Promise<string[]> {
