@@ -4,6 +4,7 @@ import { Injectable } from '@nestjs/common';
 import type { Client } from 'pg';
 import { Task, type JobContext } from '../../libs/job-queue/src';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
+import { connect } from '../support/database';
 import { waitFor } from '../support/wait';
 
 /** Each run of a job, by id: when it started (Date.now()). */
@@ -44,7 +45,7 @@ describe('prefetched jobs of a paused or held task', () => {
   let t: TestApp;
 
   before(async () => {
-    ({ db, sql, t } = await openTestApp('paused_prefetch', { providers: [PrefetchTasks], jobQueue: { concurrency: 1, pollInterval: 200 } }));
+    ({ db, sql, t } = await openTestApp('paused_prefetch', { providers: [PrefetchTasks], jobQueue: { concurrency: 1, pollInterval: 200, heartbeatInterval: 500 } }));
   });
   afterEach(async () => {
     openGate();
@@ -89,6 +90,34 @@ describe('prefetched jobs of a paused or held task', () => {
     assert.deepEqual([...new Set(quick.map((id) => runs.get(id)?.length))], [1], 'each ran once');
     const { rows } = await sql.query<{ attempts: number }>('select distinct attempts from job_queue.finished_jobs where id = any($1::bigint[])', [quick]);
     assert.deepEqual(rows, [{ attempts: 1 }]);
+  });
+
+  it('a job claimed ahead whose row another transaction has locked is given back after that commits, at the next heartbeat', async () => {
+    const slow = await slotHeldWhilePrefetching();
+    const quick = (await t.jobs.addMany(Array.from({ length: 5 }, (_, n) => ({ identifier: 'quick' as const, payload: { n } })))).map((job) => job.id);
+    let ahead: string[] = [];
+    await waitFor('quick jobs to be claimed ahead', async () => (ahead = await claimedAhead(quick)).length > 1);
+    const [locked, ...free] = ahead;
+    const other = await connect(db.url);
+    try {
+      await other.query('begin');
+      await other.query('select 1 from job_queue.jobs where id = $1 for update', [locked]);
+      await t.jobs.pauseTask('quick');
+      await waitFor('the others claimed ahead to be given back', async () => (await untouched(free)) === free.length);
+      assert.deepEqual(await claimedAhead([locked]), [locked], 'the locked one is still held, not given back');
+      await other.query('commit');
+    } finally {
+      await other.end();
+    }
+    await waitFor('the locked one to be given back once its row is free', async () => (await untouched([locked])) === 1);
+    openGate();
+    await waitFor('slow to complete', async () => (await completed([slow])) === 1);
+    const marker = await t.jobs.add('partner', {});
+    await waitFor('a job of another task to run after that', () => runs.has(marker.id));
+    assert.deepEqual(quick.filter((id) => runs.has(id)), [], 'no job of the paused task started');
+    await t.jobs.resumeTask('quick');
+    await waitFor('the quick jobs to complete after the resume', async () => (await completed(quick)) === quick.length);
+    assert.deepEqual([...new Set(quick.map((id) => runs.get(id)?.length))], [1], 'each ran once');
   });
 
   it("a hold (ctx.rateLimited) gives back the task's jobs claimed ahead: none starts before the hold's end", async () => {

@@ -36,7 +36,7 @@ export function createWorkerQueries(s: string, channel: string, finished: string
      * $2 are the jobs the worker knows it holds. By worker rather than by id, so that a
      * claim whose reply was lost is given back too (jobs_locked_by_idx finds the rows).
      * A row someone else has locked (a caller replacing a keyed job in an open transaction)
-     * is skipped and counted in `busy`: the caller may retry, or leave it to the sweep's
+     * is skipped and listed in `busy`: the caller may retry, or leave it to the sweep's
      * orphan rule once the worker's row is gone. A queue stays locked while any job of this
      * worker in it is still locked (kept or skipped), so its order holds.
      */
@@ -89,7 +89,7 @@ function giveBack(s: string, channel: string, finished: string, which: string): 
               and j.id not in (select id from given_back) and j.id not in (select id from cancelled))
       ),
       woken as (select pg_notify('${channel}', '') from given_back limit 1)
-      select array(select id::text from given_back) as given_back, array(select id::text from cancelled) as cancelled,
-             (select count(*) from ${s}.jobs where locked_by = $1 and ${which} and id not in (select id from mine))::int as busy,
+      select array(select id::text from given_back) as given_back,
+             array(select id::text from ${s}.jobs where locked_by = $1 and ${which} and id not in (select id from mine)) as busy,
              (select count(*) from woken)::int as woken`;
 }

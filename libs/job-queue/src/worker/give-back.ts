@@ -57,6 +57,6 @@ export async function giveBackAllBut(parts: GiveBackParts, keep: string[]): Prom
  * locked, left for now.
  */
 export async function giveBackOnce({ membership, state }: GiveBackParts, keep: string[]): Promise<{ givenBack: string[]; busy: number }> {
-  const [row] = await membership.run<{ given_back: string[]; busy: number }>('giveBackJobs', [membership.workerId, [...keep, ...state.batcher.unwrittenIds()]]);
-  return { givenBack: row.given_back, busy: row.busy };
+  const [row] = await membership.run<{ given_back: string[]; busy: string[] }>('giveBackJobs', [membership.workerId, [...keep, ...state.batcher.unwrittenIds()]]);
+  return { givenBack: row.given_back, busy: row.busy.length };
 }

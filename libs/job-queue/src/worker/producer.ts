@@ -212,6 +212,7 @@ export class Producer extends WorkerPart {
   afterHeartbeat(): void {
     if (this.claimReplyLost && !this.state.stopping) this.serialize(() => this.giveBackUnknown());
     if (!this.state.stopping) this.serialize(() => this.leases.trim(this.membership.workerId));
+    this.paused.retry(); // jobs of a pause whose give-back found their row locked, or failed
     this.startPrefetched(); // held back while this worker could not prove itself alive
   }
 
