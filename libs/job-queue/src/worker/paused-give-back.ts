@@ -14,8 +14,8 @@ import type { Controls } from '../control/controls';
  * or whose statement failed, are tried again after the next heartbeat; the others are done
  * with: given back, cancelled, or no longer locked for this worker (given back by
  * giveBackUnknown, rescued by the sweep after a stall, a reply lost after the commit). A try
- * leaves out the jobs this worker holds again (claimed anew once freed): only the rows locked
- * for it and not held are given back, as giveBackUnknown does.
+ * leaves out the jobs this worker holds again (claimed anew once freed) or whose release it has
+ * not written: only rows locked for it and not held are given back, as giveBackUnknown does.
  */
 export class PausedGiveBack {
   /** Taken out of state.prefetched, not yet known to be given back. */
@@ -51,8 +51,9 @@ export class PausedGiveBack {
     this.queued = false;
     const { membership, state, events, logger } = this.parts;
     if (this.pending.size === 0 || state.stopping) return; // at shutdown, giveBackJobs takes every job held but the running ones
-    // One this worker holds again (freed meanwhile by giveBackUnknown or a lost reply's commit, and claimed anew) is no longer to give back.
-    for (const id of state.heldIds()) this.pending.delete(id);
+    // One this worker holds again (freed meanwhile by giveBackUnknown or a lost reply's commit, and
+    // claimed anew), or ran since and has not written the release of, is no longer to give back.
+    for (const id of [...state.heldIds(), ...state.batcher.unwrittenIds()]) this.pending.delete(id);
     try {
       const [row] = await membership.run<{ given_back: string[]; busy: string[] }>('giveBackJobsById', [membership.workerId, [...this.pending]]);
       this.pending.clear();
