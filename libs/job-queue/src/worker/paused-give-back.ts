@@ -54,9 +54,11 @@ export class PausedGiveBack {
     // One this worker holds again (freed meanwhile by giveBackUnknown or a lost reply's commit, and
     // claimed anew), or ran since and has not written the release of, is no longer to give back.
     for (const id of [...state.heldIds(), ...state.batcher.unwrittenIds()]) this.pending.delete(id);
+    const sent = [...this.pending];
     try {
-      const [row] = await membership.run<{ given_back: string[]; busy: string[] }>('giveBackJobsById', [membership.workerId, [...this.pending]]);
-      this.pending.clear();
+      const [row] = await membership.run<{ given_back: string[]; busy: string[] }>('giveBackJobsById', [membership.workerId, sent]);
+      // Only what this try sent is settled: jobs taken meanwhile (takePaused) wait for the try it queued.
+      for (const id of sent) this.pending.delete(id);
       for (const id of row.busy) this.pending.add(id);
       if (row.given_back.length > 0) logger.log(`Gave back ${row.given_back.length} job(s) claimed ahead of a pause or hold: ${row.given_back.join(', ')}`);
     } catch (error) {
