@@ -6,6 +6,7 @@ import { NestFactory } from '@nestjs/core';
 import { Module } from '@nestjs/common';
 import { createTestApp } from '../support/app';
 import { waitFor } from '../support/wait';
+import { NotificationRecorder } from '../support/notifications';
 import { connect, createTestDatabase } from '../support/database';
 import * as migrationNames from '../../migrations/names';
 import * as libraryNames from '../../libs/job-queue/src/sql/identifier';
@@ -55,8 +56,12 @@ describe('migrations', () => {
       assert.equal((await sql.query(`select count(*) from pg_namespace where nspname = 'Other_Queue'`)).rows[0].count, '0');
 
       const t = await createTestApp({ url: db.url, jobQueue: { schema: 'Other_Queue', worker: false, externalTasks: '*' } });
+      const notifications = await NotificationRecorder.listen(db.url, libraryNames.jobsChannel('Other_Queue'));
       const job = await t.jobs.add('x', { a: 1 });
       assert.equal((await sql.query(`select count(*) from "Other_Queue".jobs where id = $1`, [job.id])).rows[0].count, '1');
+      // The add's NOTIFY after its commit names the job by its sequence's currval (sql/notify-after.ts): a quoted schema's too.
+      assert.deepEqual(await notifications.barrier(), [job.id], 'the add told the workers of its schema, naming its job');
+      await notifications.end();
       await t.close();
       await sql.end();
     } finally {

@@ -64,6 +64,9 @@ describe('flows: jobs that wait for jobs', () => {
   });
 
   const step = (ref: string, dependsOn: string[] = [], extra: object = {}) => ({ ref, identifier: 'step', payload: { ref }, dependsOn, ...extra });
+  /** Each job of `flow` by its ref: its state as getJob reads it now. */
+  const statesOf = async (flow: { jobs: Record<string, { id: string }> }) =>
+    Object.fromEntries(await Promise.all(Object.entries(flow.jobs).map(async ([ref, job]) => [ref, (await c.t.jobs.getJob(job.id))?.state])));
 
   it('a diamond: the join starts only after both branches, sees their results, and every job runs once', async () => {
     const flow = await c.t.jobs.addFlow([step('join', ['left', 'right']), step('left', ['root']), step('right', ['root']), step('root')]);
@@ -256,8 +259,7 @@ describe('flows: jobs that wait for jobs', () => {
     await c.t.jobs.retryJobs([flow.jobs.a.id]);
     // a completes and `aside` (a's alone) runs; `join` and `after` stay failed, b being failed still
     await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_FAILED' });
-    const states = async () => Object.fromEntries(await Promise.all(['a', 'b', 'join', 'after', 'aside'].map(async (ref) => [ref, (await c.t.jobs.getJob(flow.jobs[ref].id))?.state])));
-    assert.deepEqual(await states(), { a: 'completed', b: 'failed', join: 'failed', after: 'failed', aside: 'completed' });
+    assert.deepEqual(await statesOf(flow), { a: 'completed', b: 'failed', join: 'failed', after: 'failed', aside: 'completed' });
     assert.deepEqual([...runs].sort(), ['a', 'a', 'aside', 'b']);
     await c.t.jobs.retryJobs([flow.jobs.b.id]);
     const results = await c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 });
@@ -278,8 +280,7 @@ describe('flows: jobs that wait for jobs', () => {
     // y, retried itself, runs (as any retried job does); w waits only on y, so it comes back too; x stays failed with b
     await c.t.jobs.retryJobs([flow.jobs.a.id, flow.jobs.y.id]);
     await assert.rejects(c.t.jobs.waitForFlow(flow.flowId, { timeout: 30_000 }), { code: 'JQ_FLOW_FAILED' });
-    const states = Object.fromEntries(await Promise.all(['a', 'b', 'x', 'y', 'w'].map(async (ref) => [ref, (await c.t.jobs.getJob(flow.jobs[ref].id))?.state])));
-    assert.deepEqual(states, { a: 'completed', b: 'failed', x: 'failed', y: 'completed', w: 'completed' });
+    assert.deepEqual(await statesOf(flow), { a: 'completed', b: 'failed', x: 'failed', y: 'completed', w: 'completed' });
     assert.deepEqual([...runs].sort(), ['a', 'a', 'b', 'w', 'y']);
   });
 

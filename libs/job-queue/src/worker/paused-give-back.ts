@@ -55,6 +55,7 @@ export class PausedGiveBack {
     // claimed anew), or ran since and has not written the release of, is no longer to give back.
     for (const id of [...state.heldIds(), ...state.batcher.unwrittenIds()]) this.pending.delete(id);
     const sent = [...this.pending];
+    if (sent.length === 0) return;
     try {
       const [row] = await membership.run<{ given_back: string[]; busy: string[] }>('giveBackJobsById', [membership.workerId, sent]);
       // Only what this try sent is settled: jobs taken meanwhile (takePaused) wait for the try it queued.
