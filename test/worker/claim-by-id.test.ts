@@ -9,7 +9,7 @@ import { CLAIM_SESSION_SETTINGS } from '../../libs/job-queue/src/worker/claim-co
 import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { closeTestApp, createTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
 import { NotificationRecorder } from '../support/notifications';
-import { planNodes, type PlanNode } from '../support/plan';
+import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 import { waitFor } from '../support/wait';
 
 /** Each run of `counted` and `other`, by job id: the provider instance (one per app) that ran it, recorded outside the handler. */
@@ -87,26 +87,53 @@ describe('claimJobsById reaches its rows by primary key', () => {
   before(async () => ({ db, sql, t } = await openTestApp('claim_by_id_plan', { jobQueue: { worker: false, externalTasks: '*' } })));
   after(() => closeTestApp({ db, sql, t }));
 
-  it('behind 20,000 due jobs it may not take, with the claim connection\'s settings and its generic plan, it reads the named row alone', async () => {
-    await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
-    await sql.query(`insert into job_queue.jobs (task_identifier, payload) select 'elsewhere', '{}' from generate_series(1, 20000)`);
-    const { rows } = await sql.query<{ id: string }>(`insert into job_queue.jobs (task_identifier, payload) values ('work', '{}') returning id`);
-    await sql.query('vacuum analyze job_queue.jobs');
+  /**
+   * claimJobsById for the 'work' job `id` on `sql` (in its transaction, with the claim connection's
+   * settings), as prepared statement `by_id`, prepared by the first call: its plan's scans of jobs.
+   */
+  const claimScans = async (id: string) => {
+    if ((await sql.query(`select 1 from pg_prepared_statements where name = 'by_id'`)).rowCount === 0) {
+      await sql.query(`prepare by_id(text[], text[], integer, text, integer, bigint[]) as ${createQueries('job_queue').claimJobsById}`);
+    }
+    const explained = await sql.query(`explain (analyze, format json) execute by_id('{work}', '{}', 10, 'plan-worker', 10, '{${id}}')`);
+    const plan = explained.rows[0]['QUERY PLAN'][0].Plan as PlanNode;
+    const scans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
+    return { claimed: plan['Actual Rows'], scans, described: JSON.stringify(scans.map((n) => [n['Node Type'], n['Index Name'], n['Index Cond'], n['Rows Removed by Filter']])) };
+  };
+  const addWork = async () => (await sql.query<{ id: string }>(`insert into job_queue.jobs (task_identifier, payload) values ('work', '{}') returning id`)).rows[0].id;
+  const assertReadAlone = ({ claimed, scans, described }: Awaited<ReturnType<typeof claimScans>>) => {
+    assert.ok(scans.length > 0 && scans.every((n) => n['Index Name'] === 'jobs_pkey' && /^\(id = ANY/.test(n['Index Cond'] ?? '')), `jobs is only probed by its ids: ${described}`);
+    assert.ok(scans.every((n) => (n['Rows Removed by Filter'] ?? 0) === 0), `no row read but the named one: ${described}`);
+    assert.equal(claimed, 1, 'the named job was claimed');
+  };
+  const inClaimTransaction = async (work: () => Promise<void>) => {
     await sql.query('begin');
     try {
       await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
-      await sql.query(`prepare by_id(text[], text[], integer, text, integer, bigint[]) as ${createQueries('job_queue').claimJobsById}`);
-      const explained = await sql.query(`explain (analyze, format json) execute by_id('{work}', '{}', 10, 'plan-worker', 10, '{${rows[0].id}}')`);
-      const plan = explained.rows[0]['QUERY PLAN'][0].Plan as PlanNode;
-      const scans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
-      const described = JSON.stringify(scans.map((n) => [n['Node Type'], n['Index Name'], n['Index Cond'], n['Rows Removed by Filter']]));
-      assert.ok(scans.length > 0 && scans.every((n) => n['Index Name'] === 'jobs_pkey' && /^\(id = ANY/.test(n['Index Cond'] ?? '')), `jobs is only probed by its ids: ${described}`);
-      assert.ok(scans.every((n) => (n['Rows Removed by Filter'] ?? 0) === 0), `no row read but the named one: ${described}`);
-      assert.equal(plan['Actual Rows'], 1, 'the named job was claimed');
+      await work();
     } finally {
       await sql.query('rollback');
       await sql.query('deallocate all');
     }
+  };
+
+  it('behind 20,000 due jobs it may not take, with the claim connection\'s settings and its generic plan, it reads the named row alone', async () => {
+    await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
+    await sql.query(`insert into job_queue.jobs (task_identifier, payload) select 'elsewhere', '{}' from generate_series(1, 20000)`);
+    const id = await addWork();
+    await sql.query('vacuum analyze job_queue.jobs');
+    await inClaimTransaction(async () => assertReadAlone(await claimScans(id)));
+  });
+
+  it('with its generic plan made while the table was empty, beside 20,000 due jobs of a task before its own added since, it reads the named row alone', async () => {
+    // The generic plan lasts until the table's next ANALYZE or VACUUM: a drained table, then a backlog of a task this worker does not run.
+    await sql.query('delete from job_queue.jobs');
+    await statisticsSayJobsIsEmpty(sql);
+    await inClaimTransaction(async () => {
+      assertReadAlone(await claimScans(await addWork()));
+      await sql.query(`insert into job_queue.jobs (task_identifier, payload) select 'elsewhere', '{}' from generate_series(1, 20000)`);
+      assertReadAlone(await claimScans(await addWork()));
+    });
   });
 });
 

@@ -10,6 +10,7 @@
 //   statement        addJobKeylessNamed alone, autocommitted, node-pg's prepared statement (the bench's raw insert)
 //   statement, no triggers  the same with the job counters' trigger off (session_replication_role = replica)
 //   least insert, jobs  a two-column insert into jobs whose NOTIFY carries the id (the table's cost without our statement's)
+//   least insert, jobs, update  the same, claimed by an update of that row by id (the claim's SET) instead of claimJobsById
 //   least            a two-column insert whose NOTIFY carries the id, an update of that row by id
 const { Client } = require('pg');
 const { randomInt } = require('crypto');
@@ -56,6 +57,11 @@ const ADD = [TASK, '{}', null, null, null, null, null, null, null, null, null];
     statement: { add: statement, claim, clean },
     'statement, no triggers': { add: statement, claim, clean, before: 'set session_replication_role = replica', after: 'set session_replication_role = origin' },
     'least insert, jobs': { add: () => producer.query({ name: 'least_jobs_add', text: `with added as (insert into ${S}.jobs (task_identifier, payload) values ($1, $2) returning id) select pg_notify('${sql.channel}', id::text) from added`, values: [TASK, '{}'] }), claim, clean },
+    'least insert, jobs, update': {
+      add: () => producer.query({ name: 'least_jobs_add', text: `with added as (insert into ${S}.jobs (task_identifier, payload) values ($1, $2) returning id) select pg_notify('${sql.channel}', id::text) from added`, values: [TASK, '{}'] }),
+      claim: async (n) => (await claimer.query({ name: 'jobs_update', text: `update ${S}.jobs set attempts = attempts + 1, locked_at = now(), locked_by = 'w', updated_at = now(), started_at = now() where id = $1 and locked_at is null returning id, payload`, values: [n.payload] })).rowCount,
+      clean,
+    },
     least: {
       add: () => producer.query({ name: 'least_add', text: `with added as (insert into ${S}.least_jobs (payload) values ($1) returning id) select pg_notify('least_jobs', id::text) from added`, values: ['{}'] }),
       claim: async (n) => (await claimer.query({ name: 'least_claim', text: `update ${S}.least_jobs set locked_at = now() where id = $1 and locked_at is null returning id, payload`, values: [n.payload] })).rowCount,

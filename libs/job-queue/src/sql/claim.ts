@@ -70,13 +70,17 @@ export function createClaimQueries(s: string) {
      * claimed, as nothing else was waiting. candidate_count counts the jobs taken. No order in
      * `picked`: with sorts off (CLAIM_SETTINGS) an order would have the planner walk
      * jobs_fetch_unqueued_idx past every other due job (50,000 read for one, 20 ms) where the
-     * ids are primary-key probes; the few taken are ordered for `started` alone.
+     * ids are primary-key probes; the few taken are ordered for `started` alone. is_available
+     * is read through coalesce() so that no fetch index (each is partial on is_available) can
+     * serve `picked`: as a plain condition, a generic plan made while the table was small
+     * walked jobs_task_fetch_idx past the waiting jobs of every task sorting before the named
+     * job's (10.6 ms a claim beside 50,000 of them, against 0.4), until the next ANALYZE.
      */
     claimJobsById: `
       with picked as materialized (
         select j.id, j.priority, j.run_at
         from ${s}.jobs j
-        where j.id = any($6::bigint[]) and j.is_available and j.queue_name is null
+        where j.id = any($6::bigint[]) and coalesce(j.is_available, false) and j.queue_name is null
           and j.run_at <= now() and ${claimable('j')} and j.cancel_requested_at is null
           and exists (select 1 from ${s}.workers w where w.id = $4)
         limit $3::int
