@@ -13,7 +13,7 @@
 //   least insert, jobs, update  the same, claimed by an update of that row by id (the claim's SET) instead of claimJobsById
 //   least            a two-column insert whose NOTIFY carries the id, an update of that row by id
 const { Client } = require('pg');
-const { randomInt } = require('crypto');
+const { timeNotifiedTurns, printTurns } = require('./notified-turns.cjs');
 const dist = '../../../dist';
 const { createQueries } = require(`${dist}/libs/job-queue/src/sql/queries`);
 const { KEYLESS_TYPES } = require(`${dist}/libs/job-queue/src/sql/add`);
@@ -26,7 +26,6 @@ const { SCHEMA: S, TASK } = require(`${dist}/apps/bench/jobs-table`);
 const sql = createQueries(S);
 const server = process.env.SERVER_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
 const N = +(process.env.N || 400);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const ADD = [TASK, '{}', null, null, null, null, null, null, null, null, null];
 (async () => {
   const url = await recreateDatabase(server, 'bench_message_parts');
@@ -69,29 +68,7 @@ const ADD = [TASK, '{}', null, null, null, null, null, null, null, null, null];
     },
   };
   const names = process.env.ONLY ? process.env.ONLY.split('|') : Object.keys(variants);
-  const times = Object.fromEntries(names.map((n) => [n, []]));
-  for (let i = 0; i < N; i++) {
-    for (const name of [...names.slice(i % names.length), ...names.slice(0, i % names.length)]) {
-      const v = variants[name];
-      if (v.before) await producer.query(v.before);
-      await sleep(randomInt(2, 11));
-      const heard = new Promise((r) => listener.once('notification', r));
-      const t = performance.now();
-      const adding = v.add();
-      const got = await v.claim(await heard);
-      times[name].push(performance.now() - t);
-      if (got !== 1) throw new Error(`${name}: claimed ${got}`);
-      await adding;
-      await v.clean();
-      if (v.after) await producer.query(v.after);
-    }
-  }
-  const pct = (a, p) => a[Math.min(a.length - 1, Math.floor((a.length * p) / 100))];
-  const p50 = (name) => pct([...times[name]].sort((x, y) => x - y), 50);
-  for (const name of names) {
-    const a = [...times[name]].sort((x, y) => x - y);
-    console.log(`${name.padEnd(24)} p50 ${pct(a, 50).toFixed(3)} ms  p90 ${pct(a, 90).toFixed(3)} ms  (${((p50(name) / p50(names[0])) * 100).toFixed(0)} % of ${names[0]})`);
-  }
+  printTurns(await timeNotifiedTurns({ variants, names, samples: N, listener, producer }), names, 24);
   await Promise.all([producer, listener, claimer].map((c) => c.end()));
   await dropDatabase(server, 'bench_message_parts');
 })().catch((e) => {

@@ -7,7 +7,7 @@
 //   by id           the NOTIFY carries the job's id; the claim is one update of that row by id (the claim's own SET and RETURNING)
 //   least           that insert, and an update by id of its one row: what any queue on PostgreSQL must wait
 const { Client } = require('pg');
-const { randomInt } = require('crypto');
+const { timeNotifiedTurns, printTurns } = require('./notified-turns.cjs');
 const { createQueries } = require('../../../dist/libs/job-queue/src/sql/queries');
 const { CLAIMED_COLUMNS } = require('../../../dist/libs/job-queue/src/sql/claim');
 const { CLAIM_SESSION_SETTINGS } = require('../../../dist/libs/job-queue/src/worker/claim-connection');
@@ -16,7 +16,6 @@ const { createSchema } = require('../../../dist/apps/bench/sql-limit');
 const { SCHEMA: S, TASK } = require('../../../dist/apps/bench/jobs-table');
 const sql = createQueries(S);
 const N = +(process.env.N || 400);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const ADD = [TASK, '{}', null, null, null, null, null, null, null, null, null];
 (async () => {
   const url = await recreateDatabase(process.env.DATABASE_URL, 'bench_notify_levers');
@@ -46,23 +45,7 @@ const ADD = [TASK, '{}', null, null, null, null, null, null, null, null, null];
     least: { add: () => leastAdd(true), claim: async (n) => (await listener.query({ name: 'least_claim', text: `update ${S}.least_jobs set locked_at = now() where id = $1 and locked_at is null returning id, payload`, values: [n.payload] })).rowCount, clean: () => producer.query(`delete from ${S}.least_jobs`) },
   };
   const names = Object.keys(variants);
-  const times = Object.fromEntries(names.map((n) => [n, []]));
-  for (let i = 0; i < N; i++) {
-    for (const name of [...names.slice(i % names.length), ...names.slice(0, i % names.length)]) {
-      const v = variants[name];
-      await sleep(randomInt(2, 11));
-      const heard = new Promise((r) => listener.once('notification', r));
-      const t = performance.now();
-      const adding = v.add();
-      const got = await v.claim(await heard);
-      times[name].push(performance.now() - t);
-      if (got !== 1) throw new Error(`${name}: claimed ${got}`);
-      await adding;
-      await v.clean();
-    }
-  }
-  const pct = (a, p) => a[Math.min(a.length - 1, Math.floor((a.length * p) / 100))];
-  for (const name of names) { const a = times[name].sort((x, y) => x - y); console.log(`${name.padEnd(12)} p50 ${pct(a, 50).toFixed(3)} ms  p90 ${pct(a, 90).toFixed(3)} ms  (${(pct(a, 50) / pct(times.ours, 50) * 100).toFixed(0)} % of ours)`); }
+  printTurns(await timeNotifiedTurns({ variants, names, samples: N, listener, producer }), names, 12);
   await Promise.all([producer, listener, claimer].map((c) => c.end()));
   await dropDatabase(process.env.DATABASE_URL, 'bench_notify_levers');
 })().catch((e) => { console.error(e); process.exit(1); });
