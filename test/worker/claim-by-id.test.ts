@@ -107,6 +107,7 @@ describe('claimJobsById reaches its rows by primary key', () => {
     assert.equal(claimed, 1, 'the named job was claimed');
   };
   const inClaimTransaction = async (work: () => Promise<void>) => {
+    await sql.query(`insert into job_queue.workers (id) values ('plan-worker') on conflict do nothing`);
     await sql.query('begin');
     try {
       await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
@@ -118,7 +119,6 @@ describe('claimJobsById reaches its rows by primary key', () => {
   };
 
   it('behind 20,000 due jobs it may not take, with the claim connection\'s settings and its generic plan, it reads the named row alone', async () => {
-    await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
     await sql.query(`insert into job_queue.jobs (task_identifier, payload) select 'elsewhere', '{}' from generate_series(1, 20000)`);
     const id = await addWork();
     await sql.query('vacuum analyze job_queue.jobs');
