@@ -25,6 +25,15 @@ import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatement
  */
 export const GENERIC_BEGIN = 'begin; set local plan_cache_mode = force_generic_plan; set local enable_seqscan = off';
 
+/**
+ * Statements planned at each run, never kept prepared: rare ones (a heartbeat, a pause's
+ * give-back) whose generic plan, once PostgreSQL chose it after a few runs, kept what the table's
+ * statistics said then. Made on a few rows, it scanned all of `jobs` once a backlog came (10 ms a
+ * heartbeat, 11–45 ms a give-back beside 60,000 jobs, until the next ANALYZE); planned each time,
+ * 0.7 and 1.2 ms (docs/maintainers.md, "Generic plans outlive the statistics they were made on").
+ */
+export const PLANNED_AT_EACH_RUN: ReadonlySet<Statement> = new Set<Statement>(['heartbeatWorker', 'giveBackJobsById']);
+
 /** A statement's twin without its NOTIFY (`quiet`), and the NOTIFY to send after its commit instead (sql/notify-after.ts). */
 export interface NotifyAfterCommit {
   quiet: Statement;
@@ -158,10 +167,13 @@ export class JobQueueDatabase implements OnModuleInit, OnApplicationShutdown {
    * Runs one statement as a named prepared statement on a connection of one's own (the
    * worker's pinned one) or the pool; unprepared through a transaction-mode pooler (a server
    * connection there may never have seen the statement), unless `preparedStatements` says
-   * the pooler keeps them, or the connection is a direct one (listenUrl).
+   * the pooler keeps them, or the connection is a direct one (listenUrl). PLANNED_AT_EACH_RUN's
+   * statements always go unprepared.
    */
   async runOn<Row extends QueryResultRow>(client: Pool | ClientBase, statement: Statement, values: unknown[]): Promise<Row[]> {
-    if (!this.options.preparedStatements && !this.direct?.has(client)) return (await client.query<Row>(this.sql[statement], values)).rows;
+    if ((!this.options.preparedStatements && !this.direct?.has(client)) || PLANNED_AT_EACH_RUN.has(statement)) {
+      return (await client.query<Row>(this.sql[statement], values)).rows;
+    }
     const prepared = () =>
       client.query<Row>({ name: `jq_${this.options.schema}_${this.generation}_${statement}`, text: this.sql[statement], values });
     try {

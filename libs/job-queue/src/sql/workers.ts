@@ -23,9 +23,6 @@ export function createWorkerQueries(s: string, channel: string, finished: string
       update ${s}.workers set heartbeat_at = now() where id = $1
       returning id, array(select j.id::text from ${s}.jobs j where j.locked_by = $1 and j.cancel_requested_at is not null) as cancelled`,
 
-    /** $1 worker: the jobs it holds whose cancel was requested (the heartbeat's catch-up for a lost notification). */
-    cancelledJobsOf: `select id::text from ${s}.jobs where locked_by = $1 and cancel_requested_at is not null`,
-
     /** $1 worker id */
     unregisterWorker: `delete from ${s}.workers where id = $1`,
 
