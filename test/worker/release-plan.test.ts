@@ -76,11 +76,13 @@ describe('the release as a generic plan', () => {
       const values = releaseParameters('plan-worker', batch, keepCompleted).map(literal);
       // In a transaction begun as runGenericPlan begins its own: the plan is made (or was) with its settings.
       await sql.query(GENERIC_BEGIN);
-      const { rows } = await sql.query(`explain (analyze, format json) execute release(${values.join(', ')})`);
+      const { rows } = await sql.query(`explain (analyze, format json) execute release(${values.join(', ')})`).catch(async (error: unknown) => {
+        await sql.query('rollback');
+        throw error;
+      });
       await sql.query('commit');
       return rows[0]['QUERY PLAN'][0].Plan as PlanNode;
     } finally {
-      await sql.query('rollback'); // if the EXPLAIN failed: its transaction (a warning otherwise)
       await sql.query('deallocate release');
     }
   }

@@ -28,9 +28,9 @@ export const GENERIC_BEGIN = 'begin; set local plan_cache_mode = force_generic_p
 /**
  * Statements planned at each run, never kept prepared: rare ones (a heartbeat, a pause's
  * give-back) whose generic plan, once PostgreSQL chose it after a few runs, kept what the table's
- * statistics said then. Made on a few rows, it scanned all of `jobs` once a backlog came (10 ms a
+ * statistics said then. Made on a few rows, it scanned all of `jobs` once a backlog came (8–10 ms a
  * heartbeat, 11–45 ms a give-back beside 60,000 jobs, until the next ANALYZE); planned each time,
- * 0.7 and 1.2 ms (docs/maintainers.md, "Generic plans outlive the statistics they were made on").
+ * 0.7 and 1.2–2.0 ms (docs/maintainers.md, "Generic plans outlive the statistics they were made on").
  */
 export const PLANNED_AT_EACH_RUN: ReadonlySet<Statement> = new Set<Statement>(['heartbeatWorker', 'giveBackJobsById']);
 
