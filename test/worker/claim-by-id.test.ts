@@ -88,13 +88,10 @@ describe('claimJobsById reaches its rows by primary key', () => {
   after(() => closeTestApp({ db, sql, t }));
 
   /**
-   * claimJobsById for the 'work' job `id` on `sql` (in its transaction, with the claim connection's
-   * settings), as prepared statement `by_id`, prepared by the first call: its plan's scans of jobs.
+   * claimJobsById for the 'work' job `id` on `sql`, as `inClaimTransaction` prepared it (its
+   * generic plan made at the first call, kept for the next): its plan's scans of jobs.
    */
   const claimScans = async (id: string) => {
-    if ((await sql.query(`select 1 from pg_prepared_statements where name = 'by_id'`)).rowCount === 0) {
-      await sql.query(`prepare by_id(text[], text[], integer, text, integer, bigint[]) as ${createQueries('job_queue').claimJobsById}`);
-    }
     const explained = await sql.query(`explain (analyze, format json) execute by_id('{work}', '{}', 10, 'plan-worker', 10, '{${id}}')`);
     const plan = explained.rows[0]['QUERY PLAN'][0].Plan as PlanNode;
     const scans = planNodes(plan).filter((n) => n['Relation Name'] === 'jobs' && n['Node Type'] !== 'ModifyTable');
@@ -111,6 +108,7 @@ describe('claimJobsById reaches its rows by primary key', () => {
     await sql.query('begin');
     try {
       await sql.query(CLAIM_SESSION_SETTINGS.replace(/\bset /g, 'set local '));
+      await sql.query(`prepare by_id(text[], text[], integer, text, integer, bigint[]) as ${createQueries('job_queue').claimJobsById}`);
       await work();
     } finally {
       await sql.query('rollback');

@@ -1,4 +1,4 @@
-// The sampling loop of notify-levers.cjs and message-parts.cjs: variants of "add a job, claim it once its
+// The sampling loop of notify-levers.cjs, message-parts.cjs and table-shape.cjs: variants of "add a job, claim it once its
 // NOTIFY is heard" taking turns sample by sample (the order rotated each round, 2–10 ms apart), each timed
 // from before its add to its claim's end, so that the disk's and the machine's drift falls on all alike.
 // A variant: { add(), claim(notification) → rows claimed (must be 1), clean(), before?, after? (statements

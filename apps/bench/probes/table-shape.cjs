@@ -11,13 +11,12 @@
 //   jobs        `jobs` itself
 const dist = '../../../dist';
 const { Client } = require('pg');
-const { randomInt } = require('crypto');
+const { timeNotifiedTurns, printTurns } = require('./notified-turns.cjs');
 const { recreateDatabase, dropDatabase } = require(dist + '/apps/bench/database');
 const { createSchema } = require(dist + '/apps/bench/sql-limit');
 const { SCHEMA: S, TASK } = require(dist + '/apps/bench/jobs-table');
 const N = +(process.env.N || 300);
 const server = process.env.SERVER_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 (async () => {
   const url = await recreateDatabase(server, 'bench_table_shape');
   await createSchema(url);
@@ -43,15 +42,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     claim: async (n) => (await claimer.query({ name: `claim_${t}`, text: t === 'least_jobs' ? `update ${S}.${t} set locked_at = now() where id = $1 and locked_at is null returning id, payload` : `update ${S}.${t} set locked_at = now(), locked_by = 'w', attempts = attempts + 1, updated_at = now(), started_at = now() where id = $1 and locked_at is null returning id, payload`, values: [n.payload] })).rowCount,
     clean: () => producer.query(`delete from ${S}.${t}`),
   }]));
-  const names = tables; const times = Object.fromEntries(names.map((n) => [n, []]));
-  for (let i = 0; i < N; i++) for (const name of [...names.slice(i % names.length), ...names.slice(0, i % names.length)]) {
-    const x = v[name]; await sleep(randomInt(2, 11));
-    const heard = new Promise((r) => listener.once('notification', r));
-    const t = performance.now(); const adding = x.add(); const got = await x.claim(await heard); times[name].push(performance.now() - t);
-    if (got !== 1) throw new Error(name + ' ' + got); await adding; await x.clean();
-  }
-  const pct = (a, p) => a[Math.min(a.length - 1, Math.floor((a.length * p) / 100))];
-  for (const n of names) { const a = times[n].sort((x, y) => x - y); console.log(n.padEnd(12), 'p50', pct(a, 50).toFixed(3), 'p90', pct(a, 90).toFixed(3)); }
+  printTurns(await timeNotifiedTurns({ variants: v, names: tables, samples: N, listener, producer }), tables, 12);
   await Promise.all([producer, listener, claimer].map((c) => c.end()));
   await dropDatabase(server, 'bench_table_shape');
   process.exit(0);
