@@ -22,8 +22,12 @@ import { goesThroughTransactionPooler, listenUrlThroughPooler, preparedStatement
  * sequential scans. That plan lasts as long as its connection, or until the table's next ANALYZE
  * or VACUUM: made while `jobs` held a few rows, the release's scanned the whole table eight times
  * once it held 60,000 (74 ms a flush, against 1.6; test/worker/release-plan.test.ts).
+ * And without JIT, as the claim connection: a plan made for any value can be costed as if it
+ * read whole tables, and PostgreSQL then compiles it at each run. The flow functions a release's
+ * trigger runs did, under statistics from one fan-out: 156 ms of compiling in a release that
+ * failed one job of a 2,000-wide flow (test/worker/settle-plan.test.ts).
  */
-export const GENERIC_BEGIN = 'begin; set local plan_cache_mode = force_generic_plan; set local enable_seqscan = off';
+export const GENERIC_BEGIN = 'begin; set local plan_cache_mode = force_generic_plan; set local enable_seqscan = off; set local jit = off';
 
 /**
  * Statements planned at each run, never kept prepared: rare ones (a heartbeat, a pause's

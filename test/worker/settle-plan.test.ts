@@ -1,0 +1,171 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from 'pg';
+import { GENERIC_BEGIN } from '../../libs/job-queue/src/db/job-queue-database';
+import { createQueries } from '../../libs/job-queue/src/sql/queries';
+import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
+import { RELEASE_TYPES, releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
+import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
+import { connect } from '../support/database';
+
+/**
+ * A release that finishes a flow's job runs settle_flow_jobs in its trigger, in the release's
+ * transaction: with its forced generic plan (runGenericPlan), plpgsql's lookups of a job's
+ * dependents by `dependency_id` are planned for "any id". Statistics taken while one fan-out
+ * filled `job_dependencies` say one id matches every row (n_distinct 1), so each lookup is
+ * costed as a read of the whole table: planned as a sequential scan, and, where the server has
+ * JIT, compiled at each run (156 ms in a release failing one job of a 2,000-wide flow, on the
+ * PostgreSQL 15 service), until the next ANALYZE. GENERIC_BEGIN plans without sequential scans
+ * and without JIT; this pins that the settle's statements, run under it, do neither.
+ */
+describe('settling a flow in a release, with statistics from one fan-out', () => {
+  let c: TestAppContext;
+  const WIDTH = 2000;
+  const prepareRelease = `prepare release(${RELEASE_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`;
+
+  before(async () => {
+    c = await openTestApp('settle_plan', { jobQueue: { worker: false, externalTasks: '*' } });
+    await c.sql.query('alter table job_queue.job_dependencies set (autovacuum_enabled = false)');
+    // A fan-out of 3,000 from one root, analyzed: the statistics say a dependency_id matches every edge.
+    await c.t.jobs.addFlow([{ ref: 'root', identifier: 'work' }, ...Array.from({ length: 3000 }, (_, i) => ({ ref: `f${i}`, identifier: 'work', dependsOn: ['root'] }))]);
+    await c.sql.query('analyze job_queue.job_dependencies');
+    const { rows } = await c.sql.query(`select n_distinct from pg_stats where schemaname = 'job_queue' and tablename = 'job_dependencies' and attname = 'dependency_id'`);
+    assert.equal(rows[0]?.n_distinct, 1, 'statistics of one fan-out');
+    await c.sql.query(`insert into job_queue.workers (id) values ('settle-worker')`);
+  });
+  after(() => closeTestApp(c));
+
+  /** Adds a 1 → WIDTH → 1 flow and completes its root, so that its middle jobs are claimable; returns the ids of its middle jobs and of its join. */
+  async function fanWithRootDone(label: string): Promise<{ middles: string[]; join: string }> {
+    const middles = Array.from({ length: WIDTH }, (_, i) => `${label}${i}`);
+    const flow = await c.t.jobs.addFlow([
+      { ref: 'root', identifier: 'work' },
+      ...middles.map((ref) => ({ ref, identifier: 'work', maxAttempts: 1, dependsOn: ['root'] })),
+      { ref: 'join', identifier: 'work', dependsOn: middles },
+    ]);
+    await release(c.sql, GENERIC_BEGIN, flow.jobs.root.id, 'completed');
+    return { middles: middles.map((ref) => flow.jobs[ref].id), join: flow.jobs.join.id };
+  }
+
+  /**
+   * Claims job `id` for the test's worker and releases it as `outcome` by the release statement,
+   * prepared on `client` and run in a transaction begun with `begin` (as runGenericPlan begins);
+   * returns how that transaction scanned `job_dependencies` and how long the release took.
+   */
+  async function release(client: Client, begin: string, id: string, outcome: 'completed' | 'failed'): Promise<{ seq: number; idx: number; ms: number }> {
+    const { rows } = await client.query<{ claim: string }>(
+      `update job_queue.jobs set locked_by = 'settle-worker', locked_at = now(), attempts = 1 where id = $1 returning ${claimTokenOf('jobs')} as claim`,
+      [id],
+    );
+    assert.equal(rows.length, 1, `job ${id} is claimable`);
+    const job = { id, claim: rows[0].claim };
+    const batch = {
+      completed: outcome === 'completed' ? [{ ...job, result: null }] : [],
+      failed: outcome === 'failed' ? [{ ...job, error: 'broken', code: null, delayMs: 0 }] : [],
+      started: [],
+      progress: new Map<string, string>(),
+      claims: new Map<string, string>(),
+    };
+    const literal = (value: unknown) => (value === null ? 'null' : Array.isArray(value) ? `'{${value.join(',')}}'` : typeof value === 'string' ? client.escapeLiteral(value) : String(value));
+    const values = releaseParameters('settle-worker', batch, true).map(literal);
+    const prepared = await client.query(`select 1 from pg_prepared_statements where name = 'release'`);
+    if (prepared.rowCount === 0) await client.query(prepareRelease);
+    await client.query(begin);
+    try {
+      const started = performance.now();
+      await client.query(`execute release(${values.join(', ')})`);
+      const ms = performance.now() - started;
+      const { rows: scans } = await client.query<{ seq: number; idx: number }>(
+        `select seq_scan::int as seq, idx_scan::int as idx from pg_stat_xact_user_tables where schemaname = 'job_queue' and relname = 'job_dependencies'`,
+      );
+      await client.query('commit');
+      return { ...scans[0], ms };
+    } catch (error) {
+      await client.query('rollback');
+      throw error;
+    }
+  }
+
+  it('fails one job of a 2,000-wide flow, and its join, reading the edges by index', async () => {
+    const { middles, join } = await fanWithRootDone('m');
+    // A connection of its own, as a worker's pool connection: plpgsql plans the settle's statements at its first call there.
+    const worker = await connect(c.db.url);
+    try {
+      const failed = await release(worker, GENERIC_BEGIN, middles[0], 'failed');
+      assert.equal(failed.seq, 0, `no sequential scan of job_dependencies: ${JSON.stringify(failed)}`);
+      assert.ok(failed.idx > 0, `the edges were read by index: ${JSON.stringify(failed)}`);
+      const { rows } = await c.sql.query(`select id::text, state, last_error from job_queue.finished_jobs where id = any($1::bigint[]) order by id`, [[middles[0], join]]);
+      assert.deepEqual(
+        rows.map((r) => [r.id, r.state]),
+        [
+          [middles[0], 'failed'],
+          [join, 'failed'],
+        ],
+        'the job failed for good, and its join with it',
+      );
+      const { rows: waiting } = await c.sql.query(`select count(*)::int as n from job_queue.jobs where id = any($1::bigint[])`, [middles.slice(1)]);
+      assert.equal(waiting[0].n, WIDTH - 1, 'the other jobs of the fan are still to run');
+      console.log(`  (the release failing one job of the fan: ${failed.ms.toFixed(1)} ms)`);
+    } finally {
+      await worker.end();
+    }
+  });
+
+  it('without GENERIC_BEGIN\'s setting the same statistics scan the edges: the case above is one that can fail', async () => {
+    const { middles } = await fanWithRootDone('n');
+    const worker = await connect(c.db.url);
+    try {
+      const failed = await release(worker, 'begin; set local plan_cache_mode = force_generic_plan', middles[0], 'failed');
+      assert.ok(failed.seq > 0, `the stale statistics led to sequential scans: ${JSON.stringify(failed)}`);
+      console.log(`  (the same release planned with sequential scans allowed: ${failed.ms.toFixed(1)} ms)`);
+    } finally {
+      await worker.end();
+    }
+  });
+
+  /**
+   * The plans of every statement `client` runs, nested ones (the trigger's, plpgsql's) included, as
+   * auto_explain gives them (text): sent to the client as notices.
+   */
+  async function explainEverything(client: Client): Promise<string[]> {
+    const plans: string[] = [];
+    await client.query(`load 'auto_explain'`);
+    await client.query('set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; set auto_explain.log_analyze = on; set auto_explain.log_level = notice');
+    client.on('notice', (notice) => plans.push(notice.message ?? ''));
+    return plans;
+  }
+
+  const jitAvailable = async () => (await c.sql.query<{ on: boolean }>(`select pg_jit_available() and current_setting('jit')::bool as on`)).rows[0].on;
+
+  it('compiles none of the settle\'s statements (JIT) in that release', async (t) => {
+    if (!(await jitAvailable())) return t.skip('this server has no JIT (no llvmjit, or jit off): nothing to compile');
+    const { middles, join } = await fanWithRootDone('j');
+    const worker = await connect(c.db.url);
+    try {
+      const plans = await explainEverything(worker);
+      const failed = await release(worker, GENERIC_BEGIN, middles[0], 'failed');
+      assert.ok(plans.some((plan) => plan.includes('settle_flow_jobs')), `the settle ran and was explained: ${plans.length} plans`);
+      const compiled = plans.filter((plan) => plan.includes('JIT:'));
+      assert.deepEqual(compiled, [], 'no plan was compiled');
+      const { rows } = await c.sql.query(`select state from job_queue.finished_jobs where id = $1`, [join]);
+      assert.equal(rows[0]?.state, 'failed', 'the join failed with its dependency');
+      console.log(`  (the release, explained: ${failed.ms.toFixed(1)} ms)`);
+    } finally {
+      await worker.end();
+    }
+  });
+
+  it('with JIT left on, the same release compiles them: the case above is one that can fail', async (t) => {
+    if (!(await jitAvailable())) return t.skip('this server has no JIT (no llvmjit, or jit off): nothing to compile');
+    const { middles } = await fanWithRootDone('k');
+    const worker = await connect(c.db.url);
+    try {
+      const plans = await explainEverything(worker);
+      const failed = await release(worker, GENERIC_BEGIN.replace('; set local jit = off', ''), middles[0], 'failed');
+      assert.ok(plans.some((plan) => plan.includes('JIT:')), 'a plan was compiled');
+      console.log(`  (the release, explained, JIT on: ${failed.ms.toFixed(1)} ms)`);
+    } finally {
+      await worker.end();
+    }
+  });
+});
