@@ -17,6 +17,7 @@ import { createJobsVacuumTruncateMigration } from './1765100000000-jobs-vacuum-t
 import { createFlowAddOnceMigration } from './1765200000000-flow-add-once';
 import { createFlowSettleLinearMigration } from './1765300000000-flow-settle-linear';
 import { createFlowRetryKeepsFailuresMigration } from './1765400000000-flow-retry-keeps-failures';
+import { createFlowEdgeStatisticsMigration } from './1765500000000-flow-edge-statistics';
 
 export { migrationLockKey, waitForLock, type JobQueueMigration } from './ledger';
 
@@ -46,5 +47,6 @@ export function createJobQueueMigrations(schema = 'job_queue'): Array<new () => 
     createFlowAddOnceMigration(schema),
     createFlowSettleLinearMigration(schema),
     createFlowRetryKeepsFailuresMigration(schema),
+    createFlowEdgeStatisticsMigration(schema),
   ];
 }

@@ -12,7 +12,7 @@ import * as migrationNames from '../../migrations/names';
 import * as libraryNames from '../../libs/job-queue/src/sql/identifier';
 
 /** Every migration, oldest first. */
-const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000', 'EventListeners1764200000000', 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000', 'TaskLimits1764800000000', 'JobGroups1764900000000', 'TaskFetchIndex1765000000000', 'JobsVacuumTruncate1765100000000', 'FlowAddOnce1765200000000', 'FlowSettleLinear1765300000000', 'FlowRetryKeepsFailures1765400000000'];
+const ALL_MIGRATIONS = ['CreateJobTables1763700000000', 'RecoveryAndQueueOrder1763800000000', 'JobLifecycle1763900000000', 'Operations1764000000000', 'ClaimByQueueHeads1764100000000', 'EventListeners1764200000000', 'Flows1764300000000', 'JobStepsAndBatches1764400000000', 'JobCounts1764500000000', 'Pauses1764600000000', 'Schedules1764700000000', 'TaskLimits1764800000000', 'JobGroups1764900000000', 'TaskFetchIndex1765000000000', 'JobsVacuumTruncate1765100000000', 'FlowAddOnce1765200000000', 'FlowSettleLinear1765300000000', 'FlowRetryKeepsFailures1765400000000', 'FlowEdgeStatistics1765500000000'];
 
 describe('migrations', () => {
   it("the migrations' own names (channels, quoting) are the library's: the functions they create notify where workers listen", () => {

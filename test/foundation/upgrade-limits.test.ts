@@ -17,6 +17,7 @@ const MIGRATIONS = [
   'FlowAddOnce1765200000000',
   'FlowSettleLinear1765300000000',
   'FlowRetryKeepsFailures1765400000000',
+  'FlowEdgeStatistics1765500000000',
 ];
 
 /** The new version's `hold`, limited as the test says, and `marker`. */
