@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createTestApp } from '../support/app';
 import { FLOW_RETRY_VERSION, OldWorkerProcess } from '../support/previous-version';
-import { migrationNames, migrationsThrough, upgradeSetup, warningsLogger } from '../support/upgrade';
+import { assertFlowSettled, flowState, migrationNames, migrationsThrough, recordStep as step, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const HOUR = 3_600_000;
@@ -23,7 +23,6 @@ describe('upgrading to migration 19 (the statistics of the flow edges) beside a 
     const old = await OldWorkerProcess.start(u.previous, u.db.url);
     assert.deepEqual(old.library?.migrations, migrationsThrough('FlowRetryKeepsFailures1765400000000'), 'the old version has every migration through 18');
     const middles = Array.from({ length: WIDTH }, (_, i) => `m${i}`);
-    const step = (ref: string, dependsOn: string[] = [], extra: object = {}) => ({ ref, identifier: 'record', payload: { ref }, dependsOn, ...extra });
     const flowId = await old.addFlow([
       step('root', [], { runAt: new Date(Date.now() + HOUR).toISOString() }),
       ...middles.map((ref) => step(ref, ['root'])),
@@ -46,9 +45,8 @@ describe('upgrading to migration 19 (the statistics of the flow edges) beside a 
     ], 'the migration analyzed the edges with the shares it set');
 
     await q(`update job_queue.jobs set run_at = now() where flow_id = $1 and flow_ref = 'root'`, [flowId]);
-    const flowState = async () => (await q<{ state: string }>('select state from job_queue.flows where id = $1', [flowId]))[0]?.state;
-    await waitFor('the flow to end', async () => (await flowState()) !== 'running', 60_000);
-    assert.equal(await flowState(), 'failed', 'broken failed for good, and its dependent with it');
+    await waitFor('the flow to end', async () => (await flowState(u, flowId)) !== 'running', 60_000);
+    assert.equal(await flowState(u, flowId), 'failed', 'broken failed for good, and its dependent with it');
 
     const runs = await q<{ ref: string; runs: number; pids: number[] }>(`select r.payload->>'ref' as ref, count(*)::int as runs, array_agg(distinct r.pid) as pids from runs r group by 1`);
     assert.equal(runs.length, WIDTH + 3, `every job ran but 'after': ${runs.map((run) => run.ref).join(', ')}`);
@@ -68,11 +66,7 @@ describe('upgrading to migration 19 (the statistics of the flow edges) beside a 
       ],
     );
     assert.match(finished[0].last_error ?? '', /^JQ_DEPENDENCY_FAILED: broken failed/);
-    const [left] = await q<{ blocked: number; unfinished: number }>(
-      `select (select count(*)::int from job_queue.blocked_jobs) as blocked, (select unfinished from job_queue.flows where id = $1) as unfinished`,
-      [flowId],
-    );
-    assert.deepEqual(left, { blocked: 0, unfinished: 0 });
+    await assertFlowSettled(u, flowId);
     await old.terminate();
     assert.deepEqual(logs, [], 'the new app logged no warning or error');
   });

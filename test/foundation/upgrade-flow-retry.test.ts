@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createTestApp } from '../support/app';
 import { FLOW_SETTLE_LINEAR_VERSION, OldWorkerProcess } from '../support/previous-version';
-import { migrationNames, migrationsThrough, upgradeSetup, warningsLogger } from '../support/upgrade';
+import { assertFlowSettled, flowState, migrationNames, migrationsThrough, recordStep as record, upgradeSetup, warningsLogger } from '../support/upgrade';
 import { waitFor } from '../support/wait';
 
 const HOUR = 3_600_000;
@@ -24,7 +24,6 @@ describe('upgrading to migration 18 (a retry keeps failed what another failure s
     const old = await OldWorkerProcess.start(u.previous, u.db.url);
     assert.deepEqual(old.library?.migrations, migrationsThrough('FlowSettleLinear1765300000000'), 'the old version has every migration through 17');
     const later = new Date(Date.now() + HOUR).toISOString();
-    const record = (ref: string, dependsOn: string[] = [], extra: object = {}) => ({ ref, identifier: 'record', payload: { ref }, dependsOn, ...extra });
     const flowId = await old.addFlow([
       record('a', [], { runAt: later }),
       record('b', [], { runAt: later }),
@@ -40,8 +39,7 @@ describe('upgrading to migration 18 (a retry keeps failed what another failure s
         [flowId, ref],
       ))[0];
     for (const ref of ['a', 'b']) await q('select job_queue.cancel_job($1, $2)', [(await job(ref)).id, 'before the deploy']);
-    const flowState = async () => (await q<{ state: string }>('select state from job_queue.flows where id = $1', [flowId]))[0]?.state;
-    await waitFor('the flow to end, cancelled', async () => ['cancelled', 'failed'].includes((await flowState()) ?? ''), 30_000);
+    await waitFor('the flow to end, cancelled', async () => ['cancelled', 'failed'].includes((await flowState(u, flowId)) ?? ''), 30_000);
     const states = async () => Object.fromEntries(await Promise.all(['a', 'b', 'join', 'after', 'aside'].map(async (ref) => [ref, (await job(ref)).state])));
     assert.deepEqual(await states(), { a: 'cancelled', b: 'cancelled', join: 'failed', after: 'failed', aside: 'failed' });
 
@@ -50,20 +48,16 @@ describe('upgrading to migration 18 (a retry keeps failed what another failure s
     assert.ok((await migrationNames(u.sql)).includes('FlowRetryKeepsFailures1765400000000'), 'migration 18 applied');
 
     await u.app.jobs.retryJobs([(await job('a')).id]);
-    await waitFor('the flow to end again', async () => (await flowState()) === 'failed', 30_000);
+    await waitFor('the flow to end again', async () => (await flowState(u, flowId)) === 'failed', 30_000);
     assert.deepEqual(await states(), { a: 'completed', b: 'cancelled', join: 'failed', after: 'failed', aside: 'completed' }, 'b being cancelled still, the join and its dependent stayed failed');
 
     await u.app.jobs.retryJobs([(await job('b')).id]);
-    await waitFor('the flow to complete', async () => (await flowState()) === 'completed', 30_000);
+    await waitFor('the flow to complete', async () => (await flowState(u, flowId)) === 'completed', 30_000);
     assert.deepEqual(await states(), { a: 'completed', b: 'completed', join: 'completed', after: 'completed', aside: 'completed' });
     const runs = await q<{ ref: string; pid: number }>(`select r.payload->>'ref' as ref, r.pid from runs r order by 1`);
     assert.deepEqual(runs.map((run) => run.ref), ['a', 'after', 'aside', 'b', 'join'], 'each job ran once');
     assert.ok(runs.every((run) => run.pid === old.pid), 'all by the old worker');
-    const [left] = await q<{ blocked: number; unfinished: number }>(
-      `select (select count(*)::int from job_queue.blocked_jobs) as blocked, (select unfinished from job_queue.flows where id = $1) as unfinished`,
-      [flowId],
-    );
-    assert.deepEqual(left, { blocked: 0, unfinished: 0 });
+    await assertFlowSettled(u, flowId);
     await old.terminate();
     assert.deepEqual(logs, [], 'the new app logged no warning or error');
   });

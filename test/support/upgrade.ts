@@ -204,3 +204,22 @@ export function assertEachRanOnce(runs: Run[], mustRun: string[]): Map<string, R
   }
   return byJob;
 }
+
+/** A flow step run by old-worker.js's `record` task, its payload naming its ref (OldWorkerProcess.addFlow). */
+export function recordStep(ref: string, dependsOn: string[] = [], extra: object = {}) {
+  return { ref, identifier: 'record', payload: { ref }, dependsOn, ...extra };
+}
+
+/** Flow `flowId`'s state (its flows row), or undefined. */
+export async function flowState(u: UpgradeSetup, flowId: string): Promise<string | undefined> {
+  return (await u.q<{ state: string }>('select state from job_queue.flows where id = $1', [flowId]))[0]?.state;
+}
+
+/** Asserts that flow `flowId` left nothing behind: no blocked job (of any flow) and no unfinished job counted. */
+export async function assertFlowSettled(u: UpgradeSetup, flowId: string): Promise<void> {
+  const [left] = await u.q<{ blocked: number; unfinished: number }>(
+    `select (select count(*)::int from job_queue.blocked_jobs) as blocked, (select unfinished from job_queue.flows where id = $1) as unfinished`,
+    [flowId],
+  );
+  assert.deepEqual(left, { blocked: 0, unfinished: 0 });
+}
