@@ -46,7 +46,7 @@ export const VACUUM_TRUNCATE_VERSION = 'c08b82e';
 export const FLOW_ADD_ONCE_VERSION = '7f03fc7';
 /** The last commit before migration FlowRetryKeepsFailures1765400000000 (it has every migration through FlowSettleLinear1765300000000). */
 export const FLOW_SETTLE_LINEAR_VERSION = 'bf115f1';
-/** The last commit before migration FlowEdgeStatistics1765500000000 (it has every migration through FlowRetryKeepsFailures1765400000000). */
+/** The release before migration FlowEdgeStatistics1765500000000 and the release without JIT (the main of the sixteenth session; it has every migration through FlowRetryKeepsFailures1765400000000). */
 export const FLOW_RETRY_VERSION = 'ff92997';
 /** The migrations FLOWS_VERSION knows, as its library lists them. */
 export const FLOWS_VERSION_MIGRATIONS: readonly string[] = [
