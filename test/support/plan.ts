@@ -1,4 +1,6 @@
 import type { Client } from 'pg';
+import { createQueries } from '../../libs/job-queue/src/sql/queries';
+import { RELEASE_TYPES } from '../../libs/job-queue/src/worker/release-parameters';
 
 /** A node of a plan as EXPLAIN (format json) gives it; the Actual fields with ANALYZE only. */
 export interface PlanNode {
@@ -50,4 +52,14 @@ export async function explainStatement(sql: Client, text: string, values: unknow
   } finally {
     await sql.query('deallocate all; reset plan_cache_mode');
   }
+}
+
+/** SQL PREPARE of releaseJobs as `release`, with its parameters' types: its plan can then be made, and EXPLAINed, as runGenericPlan makes it. */
+export const PREPARE_RELEASE = `prepare release(${RELEASE_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`;
+
+/** `value` written as an SQL literal, for an EXECUTE (EXPLAIN EXECUTE takes no bind parameters): arrays of ids, text, numbers, booleans, null. */
+export function sqlLiteral(client: Client, value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return `'{${value.join(',')}}'`;
+  return typeof value === 'string' ? client.escapeLiteral(value) : String(value);
 }

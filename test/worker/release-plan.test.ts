@@ -1,12 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
-import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
 import { RELEASE_TYPES, releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
 import { GENERIC_BEGIN } from '../../libs/job-queue/src/db/job-queue-database';
 import { closeTestApp, openTestApp, type TestApp, type TestDatabase } from '../support/app';
-import { planNodes, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
+import { planNodes, PREPARE_RELEASE, sqlLiteral, statisticsSayJobsIsEmpty, type PlanNode } from '../support/plan';
 
 /**
  * releaseJobs runs with its generic plan (JobQueueDatabase.runGenericPlan), made without
@@ -31,7 +30,6 @@ describe('the release as a generic plan', () => {
   let recordedSteps = 0;
   /** The statistics of `jobs` when the release's generic plan is made: 'a few rows when planned' makes it before the flush's rows are added. */
   type Statistics = 'analyzed' | 'say empty' | 'a few rows when planned';
-  const prepareRelease = `prepare release(${RELEASE_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`;
   async function releaseOneFlush(statistics: Statistics, keepCompleted = true): Promise<PlanNode> {
     await sql.query('truncate job_queue.jobs, job_queue.finished_jobs, job_queue.workers, job_queue.job_steps cascade');
     await sql.query('deallocate all');
@@ -41,7 +39,7 @@ describe('the release as a generic plan', () => {
       await sql.query('alter table job_queue.jobs set (autovacuum_enabled = false)');
       await sql.query(`insert into job_queue.jobs (task_identifier) select 'work' from generate_series(1, 5)`);
       await sql.query('vacuum analyze job_queue.jobs');
-      await sql.query(`${GENERIC_BEGIN}; ${prepareRelease}; explain execute release(${RELEASE_TYPES.map(() => 'null').join(', ')}); commit`);
+      await sql.query(`${GENERIC_BEGIN}; ${PREPARE_RELEASE}; explain execute release(${RELEASE_TYPES.map(() => 'null').join(', ')}); commit`);
     }
     await sql.query(`insert into job_queue.workers (id) values ('plan-worker')`);
     const { rows: held } = await sql.query<{ id: string; claim: string }>(`
@@ -62,7 +60,7 @@ describe('the release as a generic plan', () => {
     const completed = ids.slice(0, 250);
     const started = ids.slice(250, 500);
     const failed = ids.slice(500, 600);
-    if (statistics !== 'a few rows when planned') await sql.query(prepareRelease);
+    if (statistics !== 'a few rows when planned') await sql.query(PREPARE_RELEASE);
     try {
       const batch = {
         completed: completed.map((id) => ({ id, claim: claims.get(id)!, result: '{"sent":true}' })),
@@ -72,8 +70,7 @@ describe('the release as a generic plan', () => {
         claims: new Map(started.map((id) => [id, claims.get(id)!])),
       };
       // EXPLAIN EXECUTE takes no bind parameters: the values go in as literals.
-      const literal = (value: unknown) => (Array.isArray(value) ? `'{${value.join(',')}}'` : typeof value === 'string' ? sql.escapeLiteral(value) : String(value));
-      const values = releaseParameters('plan-worker', batch, keepCompleted).map(literal);
+      const values = releaseParameters('plan-worker', batch, keepCompleted).map((value) => sqlLiteral(sql, value));
       // In a transaction begun as runGenericPlan begins its own: the plan is made (or was) with its settings.
       await sql.query(GENERIC_BEGIN);
       const { rows } = await sql.query(`explain (analyze, format json) execute release(${values.join(', ')})`).catch(async (error: unknown) => {

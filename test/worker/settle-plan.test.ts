@@ -2,11 +2,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from 'pg';
 import { GENERIC_BEGIN } from '../../libs/job-queue/src/db/job-queue-database';
-import { createQueries } from '../../libs/job-queue/src/sql/queries';
 import { claimTokenOf } from '../../libs/job-queue/src/sql/release';
-import { RELEASE_TYPES, releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
+import { releaseParameters } from '../../libs/job-queue/src/worker/release-parameters';
 import { closeTestApp, openTestApp, type TestAppContext } from '../support/app';
 import { connect } from '../support/database';
+import { PREPARE_RELEASE, sqlLiteral } from '../support/plan';
 
 /**
  * A release that finishes a flow's job runs settle_flow_jobs in its trigger, in the release's
@@ -26,7 +26,6 @@ describe('settling a flow in a release, with statistics from one fan-out', () =>
   /** The flow of the 3,000-wide fan-out whose edges alone an ANALYZE samples. */
   let fanOut: string;
   const WIDTH = 2000;
-  const prepareRelease = `prepare release(${RELEASE_TYPES.join(', ')}) as ${createQueries('job_queue').releaseJobs}`;
 
   before(async () => {
     c = await openTestApp('settle_plan', { jobQueue: { worker: false, externalTasks: '*' } });
@@ -75,10 +74,9 @@ describe('settling a flow in a release, with statistics from one fan-out', () =>
       progress: new Map<string, string>(),
       claims: new Map<string, string>(),
     };
-    const literal = (value: unknown) => (value === null ? 'null' : Array.isArray(value) ? `'{${value.join(',')}}'` : typeof value === 'string' ? client.escapeLiteral(value) : String(value));
-    const values = releaseParameters('settle-worker', batch, true).map(literal);
+    const values = releaseParameters('settle-worker', batch, true).map((value) => sqlLiteral(client, value));
     const prepared = await client.query(`select 1 from pg_prepared_statements where name = 'release'`);
-    if (prepared.rowCount === 0) await client.query(prepareRelease);
+    if (prepared.rowCount === 0) await client.query(PREPARE_RELEASE);
     await client.query(begin);
     try {
       const started = performance.now();
